@@ -1,0 +1,40 @@
+"""pi_format: the episode model, wire protocol v1, Delta table schemas and video codecs.
+
+Everything else in pi-lake speaks these types. See format/SPEC.md.
+"""
+
+from pi_format.episode import CameraSpec, CameraVideo, Episode, EpisodeMeta
+from pi_format.errors import PiFormatError, ProtocolError, QuarantineReason, VideoError
+from pi_format.layout import LakeLayout
+from pi_format.schemas import (
+    EPISODES_SCHEMA,
+    QUARANTINE_SCHEMA,
+    RAW_SCHEMA,
+    STEPS_SCHEMA,
+    TABLE_SCHEMAS,
+    VIDEO_SCHEMA,
+)
+from pi_format.topics import ACK_TOPIC, RAW_TOPIC, RAW_TOPIC_PARTITIONS, Ack, AckStatus
+
+__all__ = [
+    "ACK_TOPIC",
+    "EPISODES_SCHEMA",
+    "QUARANTINE_SCHEMA",
+    "RAW_SCHEMA",
+    "RAW_TOPIC",
+    "RAW_TOPIC_PARTITIONS",
+    "STEPS_SCHEMA",
+    "TABLE_SCHEMAS",
+    "VIDEO_SCHEMA",
+    "Ack",
+    "AckStatus",
+    "CameraSpec",
+    "CameraVideo",
+    "Episode",
+    "EpisodeMeta",
+    "LakeLayout",
+    "PiFormatError",
+    "ProtocolError",
+    "QuarantineReason",
+    "VideoError",
+]

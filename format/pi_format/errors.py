@@ -1,0 +1,53 @@
+"""Exceptions of pi_format: one root, and the reason codes a rejected chunk or episode carries.
+
+Every error raised while decoding data from the wire is a `ProtocolError` with a
+`QuarantineReason`, so the stream job can write a quarantine row without parsing messages.
+"""
+
+from __future__ import annotations
+
+import enum
+
+
+class QuarantineReason(enum.StrEnum):
+    """Why a chunk or an episode was quarantined. Stored as text in the quarantine table."""
+
+    BAD_MAGIC = "bad_magic"
+    UNSUPPORTED_VERSION = "unsupported_version"
+    TRUNCATED = "truncated"
+    OVERSIZE = "oversize"
+    BAD_HEADER = "bad_header"
+    CHUNK_CHECKSUM = "chunk_checksum"
+    STREAM_CHECKSUM = "stream_checksum"
+    COUNT_MISMATCH = "count_mismatch"
+    DUPLICATE_CONFLICT = "duplicate_conflict"
+    KEY_MISMATCH = "key_mismatch"
+    BAD_METADATA = "bad_metadata"
+    BAD_VIDEO = "bad_video"
+    BAD_VALUES = "bad_values"
+    INCOMPLETE_TIMEOUT = "incomplete_timeout"
+
+
+class PiFormatError(Exception):
+    """Root of every error pi_format raises."""
+
+
+class ProtocolError(PiFormatError):
+    """Data from the wire violates protocol v1; `reason` says which rule.
+
+    Example:
+        >>> try:
+        ...     decode_chunk(b"junk")
+        ... except ProtocolError as err:
+        ...     print(err.reason)
+        truncated
+    """
+
+    def __init__(self, reason: QuarantineReason, message: str) -> None:
+        super().__init__(f"[{reason.value}] {message}")
+        self.reason = reason
+        self.detail = message
+
+
+class VideoError(PiFormatError):
+    """A video stream or chunk cannot be encoded or decoded."""

@@ -1,0 +1,114 @@
+"""Arrow schemas of the Delta tables of the lake (see SPEC.md, "Tables").
+
+Visibility rule (architecture decision 3): a row of `steps` or `video` is visible only when an
+`episodes` row with the same (episode_id, attempt_id) exists. The episodes row is written last
+and is the commit marker; rows of attempts that never committed are garbage for GC.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+
+f32_list = pa.list_(pa.float32())
+
+RAW_SCHEMA = pa.schema(
+    [
+        pa.field("episode_id", pa.string()),  # the Kafka key; null when the key was missing
+        pa.field("chunk_index", pa.int32()),  # null when the message did not decode
+        pa.field("kafka_topic", pa.string(), nullable=False),
+        pa.field("kafka_partition", pa.int32(), nullable=False),
+        pa.field("kafka_offset", pa.int64(), nullable=False),
+        pa.field("received_at_ns", pa.int64(), nullable=False),
+        pa.field("attempt_id", pa.string(), nullable=False),
+        pa.field("message", pa.binary(), nullable=False),  # the value exactly as received
+    ]
+)
+
+EPISODES_SCHEMA = pa.schema(
+    [
+        pa.field("episode_id", pa.string(), nullable=False),
+        pa.field("attempt_id", pa.string(), nullable=False),
+        pa.field("robot_id", pa.string(), nullable=False),
+        pa.field("robot_type", pa.string(), nullable=False),
+        pa.field("task", pa.string(), nullable=False),
+        pa.field("start_time_ns", pa.int64(), nullable=False),
+        pa.field("control_rate_hz", pa.float64(), nullable=False),
+        pa.field("success", pa.bool_(), nullable=False),
+        pa.field("tags", pa.list_(pa.string()), nullable=False),
+        pa.field("step_count", pa.int32(), nullable=False),
+        pa.field("duration_s", pa.float64(), nullable=False),
+        pa.field("proprio_dim", pa.int32(), nullable=False),
+        pa.field("action_dim", pa.int32(), nullable=False),
+        pa.field("cameras", pa.list_(pa.string()), nullable=False),
+        pa.field("camera_fps", pa.list_(pa.float64()), nullable=False),
+        pa.field("video_width", pa.int32(), nullable=False),
+        pa.field("video_height", pa.int32(), nullable=False),
+        pa.field("video_chunk_frames", pa.int32(), nullable=False),
+        pa.field("proprio_mean", f32_list, nullable=False),
+        pa.field("proprio_std", f32_list, nullable=False),
+        pa.field("proprio_min", f32_list, nullable=False),
+        pa.field("proprio_max", f32_list, nullable=False),
+        pa.field("action_mean", f32_list, nullable=False),
+        pa.field("action_std", f32_list, nullable=False),
+        pa.field("action_min", f32_list, nullable=False),
+        pa.field("action_max", f32_list, nullable=False),
+        pa.field("raw_size_bytes", pa.int64(), nullable=False),
+        pa.field("received_at_ns", pa.int64(), nullable=False),  # the manifest's arrival
+        pa.field("committed_at_ns", pa.int64(), nullable=False),
+    ]
+)
+
+STEPS_SCHEMA = pa.schema(
+    [
+        pa.field("episode_id", pa.string(), nullable=False),
+        pa.field("attempt_id", pa.string(), nullable=False),
+        pa.field("step_index", pa.int32(), nullable=False),
+        pa.field("timestamp_ns", pa.int64(), nullable=False),
+        pa.field("proprio", f32_list, nullable=False),
+        pa.field("action", f32_list, nullable=False),
+        # per camera, in the order of episodes.cameras: the frame shown at this step (the
+        # latest frame whose timestamp is <= the step's timestamp, or frame 0 before the first)
+        pa.field("camera_frame_index", pa.list_(pa.int32()), nullable=False),
+    ]
+)
+
+VIDEO_SCHEMA = pa.schema(
+    [
+        pa.field("episode_id", pa.string(), nullable=False),
+        pa.field("attempt_id", pa.string(), nullable=False),
+        pa.field("camera", pa.string(), nullable=False),
+        pa.field("chunk_index", pa.int32(), nullable=False),
+        pa.field("first_frame", pa.int32(), nullable=False),
+        pa.field("frame_count", pa.int32(), nullable=False),
+        pa.field("frame_timestamps_ns", pa.list_(pa.int64()), nullable=False),
+        pa.field("codec", pa.string(), nullable=False),  # "h264" Annex-B, IDR first
+        pa.field("width", pa.int32(), nullable=False),
+        pa.field("height", pa.int32(), nullable=False),
+        pa.field("data", pa.binary(), nullable=False),
+    ]
+)
+
+QUARANTINE_SCHEMA = pa.schema(
+    [
+        pa.field("quarantine_id", pa.string(), nullable=False),
+        pa.field("episode_id", pa.string()),  # null when no id could be read
+        pa.field("reason", pa.string(), nullable=False),  # a pi_format.QuarantineReason value
+        pa.field("details", pa.string(), nullable=False),
+        pa.field("kafka_topic", pa.string(), nullable=False),
+        pa.field("kafka_partition", pa.int32(), nullable=False),
+        pa.field("kafka_offsets", pa.list_(pa.int64()), nullable=False),
+        # where the bytes are kept: rows of the raw table with this attempt_id and offsets
+        pa.field("raw_pointer", pa.string(), nullable=False),
+        pa.field("size_bytes", pa.int64(), nullable=False),
+        pa.field("attempt_id", pa.string(), nullable=False),
+        pa.field("quarantined_at_ns", pa.int64(), nullable=False),
+    ]
+)
+
+TABLE_SCHEMAS: dict[str, pa.Schema] = {
+    "raw": RAW_SCHEMA,
+    "episodes": EPISODES_SCHEMA,
+    "steps": STEPS_SCHEMA,
+    "video": VIDEO_SCHEMA,
+    "quarantine": QUARANTINE_SCHEMA,
+}
