@@ -29,6 +29,7 @@ from pi_format.wire._header import (
 )
 from pi_format.wire.writer import (
     ACTION_STREAM,
+    MANIFEST_STREAM,
     META_STREAM,
     PROPRIO_STREAM,
     TIMESTAMPS_STREAM,
@@ -69,7 +70,7 @@ def decode_chunk(value: bytes) -> Chunk:
         raise ProtocolError(
             R.TRUNCATED, f"message is {len(value)} bytes, shorter than the {HEADER_SIZE}-byte header"
         )
-    magic, version, kind, _flags, index, count, crc, id_len, stream_len = HEADER.unpack_from(value)
+    magic, version, kind, flags, index, count, crc, id_len, stream_len = HEADER.unpack_from(value)
     if magic != MAGIC:
         raise ProtocolError(R.BAD_MAGIC, f"magic is {magic!r}, expected {MAGIC!r}")
     if version != PROTOCOL_VERSION:
@@ -92,6 +93,18 @@ def decode_chunk(value: bytes) -> Chunk:
         raise ProtocolError(
             R.BAD_HEADER,
             f"bad header: episode_id={eid!r} chunk_index={index} chunk_count={count}",
+        )
+    # The CRC covers only the payload, so every header field not otherwise cross-checked is
+    # checked here: a flipped bit in flags, kind, index or stream name must not pass silently.
+    if flags != 0:
+        raise ProtocolError(R.BAD_HEADER, f"flags must be 0 in protocol v1, got {flags:#04x}")
+    is_manifest = kind_enum is ChunkKind.MANIFEST
+    if is_manifest != (index == count - 1) or is_manifest != (stream == MANIFEST_STREAM):
+        raise ProtocolError(
+            R.BAD_HEADER,
+            f"bad header: kind={kind_enum.name} chunk_index={index} chunk_count={count} "
+            f"stream={stream!r}; the manifest is exactly the last chunk and the {MANIFEST_STREAM!r} "
+            "stream",
         )
     payload = value[body_start:]
     if zlib.crc32(payload) != crc:
@@ -162,7 +175,7 @@ class EpisodeAssembler:
         """Check the manifest against the chunks and build the episode.
 
         Raises:
-            ProtocolError: count_mismatch, stream_checksum, bad_metadata or bad_values.
+            ProtocolError: count_mismatch, stream_checksum, bad_metadata or key_mismatch.
         """
         if not self.is_complete or self.chunk_count is None:
             have = len(self.chunks)
@@ -173,20 +186,10 @@ class EpisodeAssembler:
         manifest_chunk = self.chunks[self.chunk_count - 1]
         if manifest_chunk.kind is not ChunkKind.MANIFEST:
             raise ProtocolError(R.COUNT_MISMATCH, f"last chunk of {self.episode_id} is no manifest")
-        try:
-            manifest = json.loads(manifest_chunk.payload)
-            declared = manifest["streams"]
-            if manifest["chunk_count"] != self.chunk_count:
-                raise ProtocolError(
-                    R.COUNT_MISMATCH,
-                    f"manifest says {manifest['chunk_count']} chunks, headers say {self.chunk_count}",
-                )
-        except (ValueError, KeyError, TypeError) as err:
-            raise ProtocolError(R.BAD_METADATA, f"unreadable manifest: {err}") from err
+        entries = _parse_manifest(manifest_chunk.payload, self.episode_id, self.chunk_count)
         streams: dict[str, bytes] = {}
         covered = 0
-        for entry in declared:
-            name, first, count = entry["name"], entry["first_chunk"], entry["chunk_count"]
+        for name, first, count, size_bytes, sha256 in entries:
             parts = [self.chunks.get(i) for i in range(first, first + count)]
             if any(p is None or p.stream != name or p.kind is not ChunkKind.DATA for p in parts):
                 raise ProtocolError(
@@ -194,12 +197,12 @@ class EpisodeAssembler:
                     f"stream {name!r} should span chunks {first}..{first + count - 1}",
                 )
             data = b"".join(p.payload for p in parts if p is not None)
-            if len(data) != entry["size_bytes"] or hashlib.sha256(data).hexdigest() != entry["sha256"]:
+            digest = hashlib.sha256(data).hexdigest()
+            if len(data) != size_bytes or digest != sha256:
                 raise ProtocolError(
                     R.STREAM_CHECKSUM,
                     f"stream {name!r} of {self.episode_id}: {len(data)} bytes, sha256 "
-                    f"{hashlib.sha256(data).hexdigest()[:12]}… does not match the manifest "
-                    f"({entry['size_bytes']} bytes, {entry['sha256'][:12]}…)",
+                    f"{digest[:12]}… does not match the manifest ({size_bytes} bytes, {sha256[:12]}…)",
                 )
             streams[name] = data
             covered += count
@@ -209,6 +212,46 @@ class EpisodeAssembler:
                 f"manifest covers {covered} data chunks, episode has {self.chunk_count - 1}",
             )
         return episode_from_streams(self.episode_id, streams)
+
+
+def _parse_manifest(
+    payload: bytes, episode_id: str, chunk_count: int
+) -> list[tuple[str, int, int, int, str]]:
+    """Parse the manifest JSON into (name, first_chunk, chunk_count, size_bytes, sha256) rows.
+
+    Every shape error is a ProtocolError, never a KeyError/TypeError escaping to the job: a
+    producer bug must end in quarantine, not in a crashed stream job.
+    """
+    try:
+        manifest = json.loads(payload)
+        if manifest["episode_id"] != episode_id:
+            raise ProtocolError(
+                R.KEY_MISMATCH, f"manifest names {manifest['episode_id']!r}, chunks name {episode_id!r}"
+            )
+        if manifest["chunk_count"] != chunk_count:
+            raise ProtocolError(
+                R.COUNT_MISMATCH,
+                f"manifest says {manifest['chunk_count']} chunks, headers say {chunk_count}",
+            )
+        entries = []
+        for entry in manifest["streams"]:
+            name, first, count = entry["name"], entry["first_chunk"], entry["chunk_count"]
+            size_bytes, sha256 = entry["size_bytes"], entry["sha256"]
+            if not (
+                isinstance(name, str)
+                and isinstance(sha256, str)
+                and all(type(v) is int and v >= 0 for v in (first, count, size_bytes))
+            ):
+                raise TypeError(f"bad stream entry {entry!r}")
+            entries.append((name, first, count, size_bytes, sha256))
+    except ProtocolError:
+        raise
+    except (ValueError, KeyError, TypeError) as err:
+        raise ProtocolError(R.BAD_METADATA, f"unreadable manifest of {episode_id}: {err}") from err
+    names = [e[0] for e in entries]
+    if len(set(names)) != len(names):
+        raise ProtocolError(R.BAD_METADATA, f"manifest of {episode_id} names a stream twice: {names}")
+    return entries
 
 
 def _array(streams: dict[str, bytes], name: str, dtype: str, shape: tuple[int, ...]) -> np.ndarray:

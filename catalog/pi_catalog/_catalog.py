@@ -1,0 +1,342 @@
+"""The catalog: a ClickHouse index of episode metadata, derived from the Delta `episodes` table.
+
+Sits after the lake sink in the data flow: the stream job records each committed batch of
+episodes here, `pilake sql` and `pi_loader.Dataset(sql=...)` query it. Delta stays the source of
+truth (architecture decision 7): `rebuild_from_lake` recreates the index from it.
+
+Two deployments, one client API (clickhouse-connect): an embedded chdb engine on a local path,
+or a ClickHouse server over HTTP(S). A chdb path can be open in one process at a time, so every
+operation on a chdb catalog takes an exclusive flock beside the data path, opens the engine,
+works and closes it again (~50 ms); a stream job and `pilake sql` then take turns.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+import pyarrow as pa
+from pi_format.layout import LakeLayout
+from pi_format.schemas import EPISODES_SCHEMA
+
+from pi_catalog._errors import CatalogLockTimeout, CatalogQueryError, PiCatalogError
+from pi_catalog._schema import (
+    EPISODES_VIEW,
+    INDEX_ARROW_SCHEMA,
+    INDEX_TABLE,
+    SNAPSHOTS_DDL,
+    VIEW_DDL,
+    index_ddl,
+)
+
+USER_ENV = "PILAKE_CLICKHOUSE_USER"
+PASSWORD_ENV = "PILAKE_CLICKHOUSE_PASSWORD"
+
+# Polling interval while waiting for the lock: short next to a ~50 ms catalog operation.
+_LOCK_POLL_S = 0.02
+# Rows per INSERT when rebuilding: bounds memory on a large lake, still few inserts.
+_REBUILD_BATCH_ROWS = 50_000
+
+
+@dataclass(frozen=True, slots=True)
+class _ServerLocation:
+    host: str
+    port: int
+    database: str
+    secure: bool
+
+
+def _parse_location(location: str) -> str | _ServerLocation:
+    if not isinstance(location, str | os.PathLike):
+        raise TypeError(f"location must be a path or an http(s) URL string, got {type(location).__name__}")
+    location = os.fspath(location)
+    if not location:
+        raise ValueError("location must be a filesystem path or 'http://host:port[/db]', got ''")
+    if location.startswith(("http://", "https://")):
+        parts = urlsplit(location)
+        if not parts.hostname:
+            raise ValueError(f"location {location!r} has no host; use 'http://host:port[/db]'")
+        secure = parts.scheme == "https"
+        database = parts.path.strip("/") or "default"
+        if "/" in database:
+            raise ValueError(f"location {location!r}: the path must be one database name, got {database!r}")
+        return _ServerLocation(parts.hostname, parts.port or (8443 if secure else 8123), database, secure)
+    if "://" in location:
+        raise ValueError(
+            f"location {location!r} is neither a filesystem path (chdb) nor an http(s):// URL "
+            "(ClickHouse server)"
+        )
+    return os.path.abspath(location)
+
+
+class Catalog:
+    """The episode index in ClickHouse: embedded chdb at a path, or a server at an http(s) URL.
+
+    Every method opens a client, works and closes it; on chdb it does so under an exclusive
+    file lock (`<path>.lock`), so several processes can share one catalog path in turns.
+    Credentials of a server come from PILAKE_CLICKHOUSE_USER / PILAKE_CLICKHOUSE_PASSWORD.
+
+    Args:
+        location: a directory for chdb (created on first use), or "http://host:port[/db]" /
+            "https://host:port[/db]" for a ClickHouse server.
+        lock_timeout_s: how long to wait for another process's operation to finish (chdb only).
+
+    Raises:
+        ValueError: when location or lock_timeout_s is invalid.
+
+    Example:
+        >>> catalog = Catalog("/data/pilake/catalog")
+        >>> catalog.ensure_schema()
+        >>> catalog.query_arrow("SELECT count() AS n FROM episodes WHERE task = {t:String}", {"t": "pick"})
+    """
+
+    def __init__(self, location: str, *, lock_timeout_s: float = 60.0) -> None:
+        if not lock_timeout_s >= 0:
+            raise ValueError(f"lock_timeout_s must be >= 0 seconds, got {lock_timeout_s}")
+        self._target = _parse_location(location)
+        self.location = location if isinstance(self._target, _ServerLocation) else self._target
+        self.lock_timeout_s = float(lock_timeout_s)
+
+    def __repr__(self) -> str:
+        return f"Catalog({self.location!r})"
+
+    @property
+    def is_embedded(self) -> bool:
+        """True for a chdb catalog on a local path, False for a ClickHouse server."""
+        return isinstance(self._target, str)
+
+    @property
+    def lock_path(self) -> str | None:
+        """The lock file beside a chdb data path; None for a server."""
+        return f"{self._target}.lock" if isinstance(self._target, str) else None
+
+    # -- sessions -------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        lock_path = self.lock_path
+        if lock_path is None:  # a server serializes its own clients
+            yield
+            return
+        os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            deadline = time.monotonic() + self.lock_timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except OSError as err:
+                    if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise
+                    if time.monotonic() >= deadline:
+                        raise CatalogLockTimeout(lock_path, self.lock_timeout_s) from None
+                    time.sleep(_LOCK_POLL_S)
+            try:
+                yield
+            finally:
+                fcntl.flock(fd, fcntl.LOCK_UN)
+        finally:
+            os.close(fd)
+
+    def _connect(self) -> Any:
+        try:
+            import clickhouse_connect
+        except ImportError as err:
+            raise ImportError(
+                "pi_catalog needs clickhouse-connect and chdb: pip install 'pi-lake[catalog]'"
+            ) from err
+        target = self._target
+        try:
+            if isinstance(target, str):
+                os.makedirs(target, exist_ok=True)
+                return clickhouse_connect.get_client(dsn=f"chdb://{target}")
+            return clickhouse_connect.get_client(
+                host=target.host,
+                port=target.port,
+                database=target.database,
+                secure=target.secure,
+                username=os.environ.get(USER_ENV, "default"),
+                password=os.environ.get(PASSWORD_ENV, ""),
+            )
+        except Exception as err:
+            # Never echo credentials: the message names the location only.
+            raise PiCatalogError(f"cannot open the catalog at {self.location}: {err}") from err
+
+    @contextlib.contextmanager
+    def _session(self) -> Iterator[Any]:
+        with self._locked():
+            client = self._connect()
+            try:
+                yield client
+            finally:
+                client.close()
+
+    @staticmethod
+    def _command(client: Any, sql: str) -> None:
+        try:
+            client.command(sql)
+        except Exception as err:
+            raise CatalogQueryError(str(err), sql) from err
+
+    def _ensure(self, client: Any) -> None:
+        for ddl in (index_ddl(), VIEW_DDL, SNAPSHOTS_DDL):
+            self._command(client, ddl)
+
+    # -- public API -----------------------------------------------------------------------
+
+    def ensure_schema(self) -> None:
+        """Create the index table, the deduplicating `episodes` view and `dataset_snapshots`.
+
+        Idempotent; cheap enough to call before every command.
+
+        Example:
+            >>> Catalog("/tmp/catalog").ensure_schema()
+        """
+        with self._session() as client:
+            self._ensure(client)
+
+    def record_episodes(self, rows: pa.Table, *, episodes_version: int) -> None:
+        """Index committed episodes: `rows` in pi_format.EPISODES_SCHEMA, read at Delta version
+        `episodes_version`. Idempotent: re-recording an episode leaves one row in `episodes`.
+
+        Raises:
+            TypeError: rows is not a pyarrow Table.
+            ValueError: rows lacks columns of EPISODES_SCHEMA or has nulls in them.
+
+        Example:
+            >>> catalog.record_episodes(episode_rows, episodes_version=dt.version())
+        """
+        table = _index_rows(rows, episodes_version)
+        with self._session() as client:
+            self._ensure(client)
+            self._insert(client, table)
+
+    def _insert(self, client: Any, table: pa.Table) -> None:
+        if table.num_rows == 0:
+            return
+        try:
+            client.insert_arrow(INDEX_TABLE, table)
+        except Exception as err:
+            raise CatalogQueryError(str(err), f"INSERT INTO {INDEX_TABLE} ({table.num_rows} rows)") from err
+
+    def query_arrow(self, sql: str, parameters: Mapping[str, object] | None = None) -> pa.Table:
+        """Run one SELECT and return its result as Arrow.
+
+        Values go in `parameters` and are referenced with ClickHouse placeholders
+        (`{name:Type}`); they are bound by ClickHouse, never pasted into the SQL.
+
+        Raises:
+            CatalogQueryError: ClickHouse rejected the query (message and SQL attached).
+            CatalogLockTimeout: another process held the catalog too long.
+
+        Example:
+            >>> catalog.query_arrow(
+            ...     "SELECT episode_id FROM episodes WHERE robot_id = {r:String} AND success",
+            ...     {"r": "arm-7"},
+            ... )
+        """
+        if not isinstance(sql, str) or not sql.strip():
+            raise ValueError(f"sql must be a non-empty string, got {sql!r}")
+        params = dict(parameters) if parameters is not None else None
+        with self._session() as client:
+            try:
+                result: pa.Table = client.query_arrow(sql, parameters=params)
+            except Exception as err:
+                raise CatalogQueryError(str(err), sql) from err
+        return result
+
+    def episode_ids(self, sql: str, parameters: Mapping[str, object] | None = None) -> list[str]:
+        """The `episode_id` column of a query, in the query's order, without repeats.
+
+        Raises:
+            CatalogQueryError: the query fails or returns no `episode_id` column.
+
+        Example:
+            >>> catalog.episode_ids("SELECT episode_id FROM episodes WHERE has(tags, {t:String})",
+            ...                     {"t": "grasp"})
+        """
+        table = self.query_arrow(sql, parameters)
+        if "episode_id" not in table.column_names:
+            raise CatalogQueryError(
+                f"the query must return an `episode_id` column, it returned {table.column_names}; "
+                "add `episode_id` to the SELECT list",
+                sql,
+            )
+        seen: dict[str, None] = {}
+        for value in table.column("episode_id").to_pylist():
+            if value is None:
+                continue
+            seen.setdefault(value.decode() if isinstance(value, bytes) else str(value), None)
+        return list(seen)
+
+    def rebuild_from_lake(self, layout: LakeLayout) -> int:
+        """Drop the episode index and recreate it from the lake's Delta `episodes` table.
+
+        Dataset snapshots are kept. Returns the number of episodes indexed.
+
+        Raises:
+            PiCatalogError: the lake has no episodes table at `layout.episodes`.
+
+        Example:
+            >>> Catalog("/data/catalog").rebuild_from_lake(LakeLayout("/data/lake"))
+            1234
+        """
+        from deltalake import DeltaTable
+
+        try:
+            delta = DeltaTable(layout.episodes)
+        except Exception as err:  # deltalake raises TableNotFoundError and friends
+            raise PiCatalogError(
+                f"cannot read the episodes table at {layout.episodes}: {err}; "
+                "check the lake root (PILAKE_LAKE)"
+            ) from err
+        version = int(delta.version())
+        dataset = delta.to_pyarrow_dataset()
+        names = EPISODES_SCHEMA.names
+        rows = 0
+        with self._session() as client:
+            self._command(client, f"DROP VIEW IF EXISTS {EPISODES_VIEW}")
+            self._command(client, f"DROP TABLE IF EXISTS {INDEX_TABLE}")
+            self._ensure(client)
+            for batch in dataset.to_batches(columns=names, batch_size=_REBUILD_BATCH_ROWS):
+                table = _index_rows(pa.Table.from_batches([batch]), version)
+                self._insert(client, table)
+                rows += table.num_rows
+        return rows
+
+
+def _index_rows(rows: pa.Table, episodes_version: int) -> pa.Table:
+    if not isinstance(rows, pa.Table):
+        raise TypeError(f"rows must be a pyarrow.Table in EPISODES_SCHEMA, got {type(rows).__name__}")
+    if isinstance(episodes_version, bool) or not isinstance(episodes_version, int) or episodes_version < 0:
+        raise ValueError(f"episodes_version must be a Delta version (int >= 0), got {episodes_version!r}")
+    missing = [n for n in EPISODES_SCHEMA.names if n not in rows.column_names]
+    if missing:
+        raise ValueError(f"rows lack columns of EPISODES_SCHEMA: {missing}; pass episodes rows as written")
+    n = rows.num_rows
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for field in INDEX_ARROW_SCHEMA:
+        if field.name == "episodes_version":
+            arrays.append(pa.array([episodes_version] * n, pa.int64()))
+        elif field.name == "indexed_at":
+            now_ms = time.time_ns() // 1_000_000
+            arrays.append(pa.array([now_ms] * n, pa.int64()).cast(field.type))
+        else:
+            column = rows.column(field.name)
+            if column.null_count:
+                raise ValueError(f"column {field.name!r} has {column.null_count} nulls; it must have none")
+            try:
+                arrays.append(column.cast(field.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                raise ValueError(
+                    f"column {field.name!r} of type {column.type} does not cast to {field.type}: {err}"
+                ) from err
+    return pa.Table.from_arrays(arrays, schema=INDEX_ARROW_SCHEMA)

@@ -1,0 +1,74 @@
+"""ClickHouse DDL of the catalog and the Arrow shape of the rows inserted into it.
+
+The index table `episodes_index` is a ReplacingMergeTree keyed by episode_id: recording the same
+episode twice (a replayed commit, a rebuild) leaves one row after dedup. Users query the view
+`episodes`, which applies FINAL, so they never see a duplicate before a background merge.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pi_format.schemas import EPISODES_SCHEMA
+
+INDEX_TABLE = "episodes_index"
+EPISODES_VIEW = "episodes"
+SNAPSHOTS_TABLE = "dataset_snapshots"
+
+# Arrow type -> ClickHouse type for the columns of EPISODES_SCHEMA. Every column is kept: the
+# per-episode stats arrays are what a user filters on ("episodes whose gripper ever closed").
+_CH_TYPES: dict[pa.DataType, str] = {
+    pa.string(): "String",
+    pa.int32(): "Int32",
+    pa.int64(): "Int64",
+    pa.float64(): "Float64",
+    pa.bool_(): "Bool",
+    pa.list_(pa.string()): "Array(String)",
+    pa.list_(pa.float64()): "Array(Float64)",
+    pa.list_(pa.float32()): "Array(Float32)",
+}
+
+
+def _ch_type(field: pa.Field) -> str:
+    for arrow_type, ch_type in _CH_TYPES.items():
+        if field.type.equals(arrow_type):
+            return ch_type
+    raise TypeError(f"no ClickHouse type for episodes column {field.name!r} of type {field.type}")
+
+
+INDEX_ARROW_SCHEMA = pa.schema(
+    [pa.field(f.name, f.type, nullable=False) for f in EPISODES_SCHEMA]
+    + [
+        pa.field("episodes_version", pa.int64(), nullable=False),
+        pa.field("indexed_at", pa.timestamp("ms", tz="UTC"), nullable=False),
+    ]
+)
+"""What `record_episodes` inserts: EPISODES_SCHEMA plus the Delta version and the index time."""
+
+
+def _index_columns() -> str:
+    cols = [f"    {f.name} {_ch_type(f)}" for f in EPISODES_SCHEMA]
+    cols += ["    episodes_version Int64", "    indexed_at DateTime64(3, 'UTC')"]
+    return ",\n".join(cols)
+
+
+def index_ddl(table: str = INDEX_TABLE) -> str:
+    # The version column makes a newer Delta version win over an older one; among equal
+    # versions ClickHouse keeps the last inserted row, which is the same data anyway.
+    return (
+        f"CREATE TABLE IF NOT EXISTS {table} (\n{_index_columns()}\n) "
+        "ENGINE = ReplacingMergeTree(episodes_version) ORDER BY episode_id"
+    )
+
+
+VIEW_DDL = f"CREATE VIEW IF NOT EXISTS {EPISODES_VIEW} AS SELECT * FROM {INDEX_TABLE} FINAL"
+
+# Dataset snapshots (architecture decision 6) are written by a later issue; the table exists now
+# so that every catalog has the same shape. Snapshots are immutable, hence a plain MergeTree.
+SNAPSHOTS_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {SNAPSHOTS_TABLE} (\n"
+    "    name String,\n"
+    "    created_at DateTime64(3, 'UTC'),\n"
+    "    sql String,\n"
+    "    table_versions String\n"  # JSON: {"episodes": 12, "steps": 12, "video": 12}
+    ") ENGINE = MergeTree ORDER BY (name, created_at)"
+)
