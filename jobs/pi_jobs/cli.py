@@ -84,6 +84,9 @@ def _upload(settings: Settings, paths: Sequence[Path], *, wait_s: float | None) 
         f"{report.sent_bytes / 1e6:.1f} MB sent; confirmed {len(report.committed)} committed, "
         f"{len(report.quarantined)} quarantined, {len(report.pending)} pending"
     )
+    if report.unsent:
+        print(f"upload: never reached the broker (kept in the spool): {list(report.unsent)}", file=sys.stderr)
+        return 2
     return 0 if wait_s is None or not report.pending else 2
 
 
