@@ -38,7 +38,9 @@ def _wait_readable(lake: str, episode_id: str, timeout_s: float) -> float:
 
 
 def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--burst", type=int, default=12, help="episodes uploaded at once for MB/s")
     parser.add_argument("--fresh", type=int, default=4, help="episodes uploaded one by one")
     parser.add_argument("--duration-s", type=float, default=4.0)
@@ -72,7 +74,7 @@ def main() -> int:
             results["job_start_to_first_episode_s"] = round(time.monotonic() - t, 2)
             print(f"stream job up; first episode readable after {results['job_start_to_first_episode_s']} s")
 
-            freshness = []
+            freshness: list[float] = []
             for i in range(1, args.fresh + 1):
                 episode = simulate_episode(sim, 0, i).episode
                 uploader.submit(episode)
@@ -82,7 +84,8 @@ def main() -> int:
                 print(f"freshness {episode.episode_id}: {freshness[-1]} s")
             results["freshness_s"] = freshness
 
-            burst = [simulate_episode(sim, 0, i).episode for i in range(args.fresh + 1, args.fresh + 1 + args.burst)]
+            first = args.fresh + 1
+            burst = [simulate_episode(sim, 0, i).episode for i in range(first, first + args.burst)]
             size = sum(uploader.submit(e).size_bytes for e in burst)
             start = time.monotonic()
             uploader.send_pending()
@@ -105,7 +108,7 @@ def main() -> int:
         stop_broker(settings)
     print("\n| figure | value |\n| --- | --- |")
     print(f"| first episode readable after job start | {results['job_start_to_first_episode_s']} s |")
-    fr = sorted(results["freshness_s"])  # type: ignore[arg-type]
+    fr = sorted(freshness)
     print(f"| freshness (last chunk acked -> readable), median | {fr[len(fr) // 2]} s (all: {fr}) |")
     b = results["burst"]
     print(f"| burst throughput | {b['mb_per_s']} MB/s, {b['episodes_per_s']} episodes/s ({b['mb']} MB) |")  # type: ignore[index]

@@ -11,9 +11,13 @@ import logging
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pi_jobs.errors import PiJobsError
 from pi_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pi_jobs.stream_job import StreamJobConfig
 
 log = logging.getLogger("pi_jobs")
 
@@ -94,7 +98,7 @@ def _cmd_upload(settings: Settings, args: argparse.Namespace) -> int:
     return _upload(settings, [Path(p) for p in args.paths], wait_s=args.wait_s)
 
 
-def stream_config(settings: Settings):  # -> pi_jobs.stream_job.StreamJobConfig
+def stream_config(settings: Settings) -> StreamJobConfig:
     """The stream job's configuration for an installation."""
     from pi_jobs.stream_job import StreamJobConfig
 

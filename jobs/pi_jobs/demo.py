@@ -174,7 +174,6 @@ def _sql_summary(settings: Settings, summary: DemoSummary) -> None:
 
 def _load_batches(settings: Settings, config: DemoConfig, summary: DemoSummary) -> None:
     import torch.utils.data
-
     from pi_loader import Dataset, contact_sheet
 
     with _Stage(summary, "pi_loader"):
@@ -184,13 +183,14 @@ def _load_batches(settings: Settings, config: DemoConfig, summary: DemoSummary) 
             catalog=settings.catalog_path,
             seed=summary.seed,
         )
-        loader = torch.utils.data.DataLoader(
-            dataset, batch_size=config.batch_size, num_workers=config.loader_workers
+        loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(
+            dataset,  # type: ignore[arg-type]  # map-style by protocol, not by inheritance
+            batch_size=config.batch_size, num_workers=config.loader_workers
         )
         samples: list[dict[str, Any]] = []
         for batch_index, batch in enumerate(loader):
             for i in range(len(batch["episode_id"])):
-                samples.append({k: (v[i].numpy() if hasattr(v[i], "numpy") else v[i]) for k, v in batch.items()})
+                samples.append({k: _item(v, i) for k, v in batch.items()})
             if batch_index == 1:
                 break
         summary.loader_samples = len(samples)
@@ -198,6 +198,11 @@ def _load_batches(settings: Settings, config: DemoConfig, summary: DemoSummary) 
         print(f"    {len(dataset)} samples in the dataset; batch shapes {shapes}")
         sheet = contact_sheet(samples[:8], config.out_dir / "contact_sheet.png")
         summary.contact_sheet = str(sheet)
+
+
+def _item(column: Any, index: int) -> Any:
+    value = column[index]
+    return value.numpy() if hasattr(value, "numpy") else value
 
 
 def _print_figures(summary: DemoSummary, out_dir: Path) -> None:

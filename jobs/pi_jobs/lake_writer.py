@@ -1,0 +1,161 @@
+"""The lake sink: appends rows to the Delta tables, and commits episodes exactly once.
+
+Architecture decision 3: an episode becomes visible when its `episodes` row is committed, so
+`commit_episode` writes steps and video first and the episodes row last. Kafka redelivers and
+Flink replays, so the episodes commit is idempotent: the writer remembers which episodes are
+committed (read from the episodes table at start, then kept up to date: there is one writer)
+and also records a Delta application transaction per episode, checked before each commit.
+"""
+
+from __future__ import annotations
+
+import pyarrow as pa
+from pi_format import TABLE_SCHEMAS, LakeLayout
+
+from pi_jobs.featurize import FeaturizedEpisode
+
+# Delta application transaction of an episode's commit. One app_id per episode with version 1:
+# an episode is committed at most once, ever, so a new job run (new attempt ids, rewound
+# offsets) can never skip an episode that is not yet in the lake -- unlike a per-partition
+# offset watermark, which a topic recreated after a broker restart would reset below.
+EPISODE_TXN_VERSION = 1
+
+# Rows per Parquet row group: ~1k steps read in 1-2 ms (ARCHITECTURE.md); video rows hold a
+# ~10-50 kB chunk each, so a small group keeps one sample's read small.
+_ROW_GROUP_ROWS = {"steps": 1024, "video": 64, "raw": 64, "episodes": 1024, "quarantine": 1024}
+# String columns that repeat within a file keep dictionary encoding; everything else turns it
+# off, because dictionary-encoded floats make proprio files larger than raw (0.77x). delta-rs
+# ignores column_properties on nested leaves, hence the default-off + per-column-on shape.
+_DICT_COLUMNS = ("episode_id", "attempt_id", "camera", "codec", "robot_id", "robot_type", "task")
+
+
+def episode_app_id(episode_id: str) -> str:
+    """The Delta application-transaction id that marks `episode_id` as committed."""
+    return f"pilake-episode-{episode_id}"
+
+
+class LakeWriter:
+    """Appends to the lake's Delta tables; the only writer of a lake while it runs.
+
+    Example:
+        >>> writer = LakeWriter(LakeLayout("/data/lake"))
+        >>> writer.committed_attempt("r1-000001") is None
+        True
+        >>> version = writer.commit_episode(featurized)
+    """
+
+    def __init__(self, layout: LakeLayout) -> None:
+        from deltalake import DeltaTable
+
+        self.layout = layout
+        self._tables: dict[str, DeltaTable] = {}
+        for name, schema in TABLE_SCHEMAS.items():
+            # mode="ignore": create when missing, open as-is otherwise
+            self._tables[name] = DeltaTable.create(layout.table(name), schema=schema, mode="ignore")
+        ids = self._tables["episodes"].to_pyarrow_table(columns=["episode_id", "attempt_id"])
+        self._committed: dict[str, str] = dict(
+            zip(ids.column("episode_id").to_pylist(), ids.column("attempt_id").to_pylist(), strict=True)
+        )
+
+    @property
+    def committed_count(self) -> int:
+        return len(self._committed)
+
+    def committed_attempt(self, episode_id: str) -> str | None:
+        """attempt_id of the visible episodes row of `episode_id`, or None if not committed."""
+        return self._committed.get(episode_id)
+
+    def _append(self, name: str, rows: pa.Table, app_id: str | None = None) -> int:
+        from deltalake import (
+            ColumnProperties,
+            CommitProperties,
+            Transaction,
+            WriterProperties,
+            write_deltalake,
+        )
+
+        schema = TABLE_SCHEMAS[name]
+        if not rows.schema.equals(schema):
+            try:
+                rows = rows.select(schema.names).cast(schema)
+            except (KeyError, ValueError, pa.ArrowInvalid) as err:
+                raise ValueError(
+                    f"rows for table {name!r} must match pi_format.TABLE_SCHEMAS[{name!r}]: {err}"
+                ) from err
+        props = WriterProperties(
+            max_row_group_size=_ROW_GROUP_ROWS[name],
+            default_column_properties=ColumnProperties(dictionary_enabled=False),
+            column_properties={
+                c: ColumnProperties(dictionary_enabled=True) for c in _DICT_COLUMNS if c in schema.names
+            },
+        )
+        commit = (
+            CommitProperties(app_transactions=[Transaction(app_id, EPISODE_TXN_VERSION)])
+            if app_id is not None
+            else None
+        )
+        table = self._tables[name]
+        write_deltalake(table, rows, mode="append", writer_properties=props, commit_properties=commit)
+        return int(table.version())
+
+    def write_raw(self, rows: pa.Table) -> int:
+        """Append rows of pi_format.RAW_SCHEMA; returns the raw table's new version."""
+        return self._append("raw", rows)
+
+    def write_quarantine(self, rows: pa.Table) -> int:
+        """Append rows of pi_format.QUARANTINE_SCHEMA; returns the table's new version."""
+        return self._append("quarantine", rows)
+
+    def commit_episode(self, featurized: FeaturizedEpisode) -> int:
+        """Write steps, video, then the episodes row (the commit marker).
+
+        Returns:
+            The episodes table's version holding the row, or -1 when the episode was already
+            committed (then nothing is written).
+
+        Example:
+            >>> writer.commit_episode(featurized)
+            7
+            >>> writer.commit_episode(featurized)
+            -1
+        """
+        eid = featurized.episode_id
+        app_id = episode_app_id(eid)
+        episodes = self._tables["episodes"]
+        if eid in self._committed:
+            return -1
+        # Belt and braces: delta-rs does not enforce app transactions, a committed one is only
+        # seen if we look (e.g. a row committed by a writer that has since been replaced).
+        episodes.update_incremental()
+        if (episodes.transaction_version(app_id) or 0) >= EPISODE_TXN_VERSION:
+            self._committed[eid] = self._attempt_in_table(eid) or featurized.attempt_id
+            return -1
+        # Rows of steps/video written here but never followed by an episodes row (a crash in
+        # between) carry an attempt id no episodes row names: invisible, and removed by GC.
+        if featurized.steps.num_rows:
+            self._append("steps", featurized.steps)
+        if featurized.video.num_rows:
+            self._append("video", featurized.video)
+        version = self._append("episodes", featurized.episode, app_id=app_id)
+        self._committed[eid] = featurized.attempt_id
+        return version
+
+    def _attempt_in_table(self, episode_id: str) -> str | None:
+        row = self.committed_episode_row(episode_id)
+        return str(row[0].column("attempt_id")[0].as_py()) if row is not None else None
+
+    def committed_episode_row(self, episode_id: str) -> tuple[pa.Table, int] | None:
+        """The visible episodes row of `episode_id` and the table version it was read at.
+
+        Reads the episodes table (a scan filtered on episode_id): meant for the rare duplicate,
+        not for every message.
+
+        Example:
+            >>> row, version = writer.committed_episode_row("r1-000001")
+        """
+        import pyarrow.compute as pc
+
+        table = self._tables["episodes"]
+        table.update_incremental()
+        rows = table.to_pyarrow_table(filters=pc.field("episode_id") == episode_id)
+        return (rows.slice(0, 1), int(table.version())) if rows.num_rows else None

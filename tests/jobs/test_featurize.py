@@ -1,0 +1,218 @@
+"""Unit tests of pi_jobs.featurize: alignment, stats, bit-exact steps, chunked video."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from pi_format import CameraSpec, CameraVideo, Episode, EpisodeMeta, ProtocolError, QuarantineReason
+from pi_format.video import decode_chunk_rgb, encode_mp4
+from pi_jobs.featurize import FeaturizeConfig, align_frames, featurize
+
+CAM_W, CAM_H = 160, 120
+CONFIG = FeaturizeConfig(video_width=64, video_height=48, chunk_frames=4, crf=18)
+# PSNR of the lake's chunk frames against the originals resized to the training size: two
+# lossy H.264 passes (robot CRF 18, lake CRF 18) on smooth synthetic frames stay far above 30 dB;
+# a wrong frame order or a colour mix-up lands well below 20 dB.
+MIN_PSNR_DB = 30.0
+
+
+def _frame(i: int, cam: int) -> np.ndarray:
+    yy, xx = np.mgrid[0:CAM_H, 0:CAM_W].astype(np.float32)
+    img = np.empty((CAM_H, CAM_W, 3), np.float32)
+    img[..., 0] = 30 + 180 * xx / (CAM_W - 1)
+    img[..., 1] = 30 + 180 * yy / (CAM_H - 1)
+    img[..., 2] = 80 + 60 * cam
+    x0 = 8 + 6 * i
+    img[40:80, x0 : x0 + 40] = (230, 200, 40)
+    return np.clip(img, 0, 255).astype(np.uint8)
+
+
+def _camera(
+    name: str, cam: int, frames: int, fps: float, t0_ns: int = 0
+) -> tuple[CameraVideo, list[np.ndarray]]:
+    rgb = [_frame(i, cam) for i in range(frames)]
+    data = encode_mp4(rgb, fps=fps, width=CAM_W, height=CAM_H, crf=18, keyframe_interval=frames)
+    ts = (t0_ns + np.arange(frames, dtype=np.int64) * int(1e9 / fps)).astype(np.int64)
+    spec = CameraSpec(name=name, codec="h264", container="mp4", width=CAM_W, height=CAM_H, fps=fps)
+    return CameraVideo(spec, ts, data), rgb
+
+
+def _episode(
+    *, steps: int = 20, rate: float = 20.0, cameras: tuple[CameraVideo, ...] = (), seed: int = 0
+) -> Episode:
+    rng = np.random.default_rng(seed)
+    meta = EpisodeMeta(
+        episode_id=f"r1-{seed:06d}",
+        robot_id="r1",
+        robot_type="aloha",
+        task="stack",
+        start_time_ns=1_000,
+        control_rate_hz=rate,
+        success=True,
+        tags=("sim",),
+    )
+    ts = (np.arange(steps, dtype=np.int64) * int(1e9 / rate)).astype(np.int64)
+    proprio = rng.standard_normal((steps, 5)).astype(np.float32)
+    action = rng.standard_normal((steps, 3)).astype(np.float32)
+    proprio[0, 0] = np.float32(1e-40)  # a subnormal: must survive bit-exact
+    return Episode(meta, ts, proprio, action, cameras)
+
+
+def _featurize(ep: Episode, config: FeaturizeConfig = CONFIG):  # -> FeaturizedEpisode
+    return featurize(
+        ep, attempt_id="att-1", received_at_ns=5, raw_size_bytes=123, committed_at_ns=9, config=config
+    )
+
+
+def _psnr(a: np.ndarray, b: np.ndarray) -> float:
+    mse = float(np.mean((a.astype(np.float64) - b.astype(np.float64)) ** 2))
+    return 99.0 if mse == 0 else 10 * np.log10(255.0**2 / mse)
+
+
+# -- align_frames ------------------------------------------------------------------------------
+def test_align_frames_latest_frame_at_or_before_step() -> None:
+    frames = np.array([100, 200, 300], dtype=np.int64)
+    steps = np.array([0, 99, 100, 150, 199, 200, 299, 300, 10_000], dtype=np.int64)
+    got = align_frames(steps, frames)
+    assert got.dtype == np.int32
+    # before the first frame -> 0; exactly equal -> that frame; in between -> the earlier one
+    assert got.tolist() == [0, 0, 0, 0, 0, 1, 1, 2, 2]
+
+
+def test_align_frames_matches_brute_force() -> None:
+    rng = np.random.default_rng(3)
+    frames = np.sort(rng.integers(0, 1000, 40)).astype(np.int64)
+    steps = rng.integers(-50, 1100, 200).astype(np.int64)
+    expected = [max([i for i, f in enumerate(frames) if f <= s], default=0) for s in steps]
+    assert align_frames(steps, frames).tolist() == expected
+
+
+def test_align_frames_rejects_bad_frames() -> None:
+    with pytest.raises(ValueError, match="non-empty"):
+        align_frames(np.array([1]), np.array([], dtype=np.int64))
+    with pytest.raises(ValueError, match="non-decreasing"):
+        align_frames(np.array([1]), np.array([5, 3]))
+
+
+# -- config ------------------------------------------------------------------------------------
+@pytest.mark.parametrize(
+    ("kwargs", "match"),
+    [
+        ({"video_width": 63}, "video_width"),
+        ({"video_height": 0}, "video_height"),
+        ({"chunk_frames": 0}, "chunk_frames"),
+        ({"crf": 52}, "crf"),
+    ],
+)
+def test_config_validation(kwargs: dict[str, int], match: str) -> None:
+    with pytest.raises(ValueError, match=match):
+        FeaturizeConfig(**kwargs)
+
+
+# -- featurize ---------------------------------------------------------------------------------
+def test_steps_bit_exact_and_stats() -> None:
+    cam, _ = _camera("cam_high", 0, 10, 10.0, t0_ns=30_000_000)
+    ep = _episode(cameras=(cam,))
+    f = _featurize(ep)
+    steps = f.steps
+    assert steps.num_rows == ep.step_count
+    proprio = np.array(steps.column("proprio").to_pylist(), dtype=np.float32)
+    action = np.array(steps.column("action").to_pylist(), dtype=np.float32)
+    assert proprio.view(np.uint32).tolist() == ep.proprio.view(np.uint32).tolist()
+    assert action.view(np.uint32).tolist() == ep.action.view(np.uint32).tolist()
+    assert steps.column("step_index").to_pylist() == list(range(ep.step_count))
+    assert steps.column("timestamp_ns").to_pylist() == ep.timestamps_ns.tolist()
+    cfi = np.array(steps.column("camera_frame_index").to_pylist())
+    assert cfi[:, 0].tolist() == align_frames(ep.timestamps_ns, cam.frame_timestamps_ns).tolist()
+
+    row = f.episode.to_pylist()[0]
+    for name, arr in (("proprio", ep.proprio), ("action", ep.action)):
+        np.testing.assert_allclose(
+            row[f"{name}_mean"], arr.mean(axis=0, dtype=np.float64), rtol=1e-6, atol=1e-7
+        )
+        np.testing.assert_allclose(
+            row[f"{name}_std"], arr.std(axis=0, dtype=np.float64), rtol=1e-6, atol=1e-7
+        )
+        assert row[f"{name}_min"] == arr.min(axis=0).tolist()
+        assert row[f"{name}_max"] == arr.max(axis=0).tolist()
+    assert row["episode_id"] == ep.episode_id
+    assert row["attempt_id"] == "att-1"
+    assert row["step_count"] == ep.step_count
+    assert row["cameras"] == ["cam_high"]
+    assert (row["video_width"], row["video_height"], row["video_chunk_frames"]) == (64, 48, 4)
+    assert (row["raw_size_bytes"], row["received_at_ns"], row["committed_at_ns"]) == (123, 5, 9)
+    assert row["duration_s"] == pytest.approx(ep.step_count / ep.meta.control_rate_hz)
+
+
+def test_video_chunks_decode_to_resized_frames() -> None:
+    import av
+
+    cam_a, rgb_a = _camera("cam_a", 0, 10, 10.0)
+    cam_b, rgb_b = _camera("cam_b", 1, 7, 5.0)
+    ep = _episode(cameras=(cam_a, cam_b))
+    f = _featurize(ep)
+    video = f.video.to_pylist()
+    for cam, rgb in ((cam_a, rgb_a), (cam_b, rgb_b)):
+        rows = sorted((r for r in video if r["camera"] == cam.spec.name), key=lambda r: r["chunk_index"])
+        n = len(rgb)
+        assert [r["chunk_index"] for r in rows] == list(range(-(-n // CONFIG.chunk_frames)))
+        assert sum(r["frame_count"] for r in rows) == n
+        ts: list[int] = []
+        for r in rows:
+            assert r["first_frame"] == r["chunk_index"] * CONFIG.chunk_frames
+            assert (r["width"], r["height"], r["codec"]) == (64, 48, "h264")
+            frames = decode_chunk_rgb(r["data"], height=48, width=64)  # each chunk decodes alone
+            assert len(frames) == r["frame_count"]
+            for k, got in enumerate(frames):
+                src = av.VideoFrame.from_ndarray(rgb[r["first_frame"] + k], format="rgb24")
+                want = src.reformat(width=64, height=48).to_ndarray()
+                assert got.shape == (48, 64, 3)
+                assert _psnr(got, want) > MIN_PSNR_DB
+            ts.extend(r["frame_timestamps_ns"])
+        assert ts == cam.frame_timestamps_ns.tolist()
+    cfi = np.array(f.steps.column("camera_frame_index").to_pylist())
+    assert cfi.shape == (ep.step_count, 2)
+    assert cfi[:, 1].tolist() == align_frames(ep.timestamps_ns, cam_b.frame_timestamps_ns).tolist()
+
+
+def test_no_cameras() -> None:
+    f = _featurize(_episode())
+    assert f.video.num_rows == 0
+    assert f.steps.column("camera_frame_index").to_pylist()[0] == []
+
+
+def test_frame_count_mismatch_is_bad_video() -> None:
+    cam, _ = _camera("cam_high", 0, 6, 10.0)
+    wrong = CameraVideo(cam.spec, np.arange(8, dtype=np.int64), cam.data)  # declares 8, holds 6
+    with pytest.raises(ProtocolError, match="6 frames, 8 frame timestamps") as info:
+        _featurize(_episode(cameras=(wrong,)))
+    assert info.value.reason is QuarantineReason.BAD_VIDEO
+    fewer = CameraVideo(cam.spec, np.arange(4, dtype=np.int64), cam.data)  # declares 4, holds 6
+    with pytest.raises(ProtocolError, match="more than 4") as info:
+        _featurize(_episode(cameras=(fewer,)))
+    assert info.value.reason is QuarantineReason.BAD_VIDEO
+
+
+def test_undecodable_video_is_bad_video() -> None:
+    cam, _ = _camera("cam_high", 0, 4, 10.0)
+    junk = CameraVideo(cam.spec, cam.frame_timestamps_ns, b"\x00not a video" * 50)
+    with pytest.raises(ProtocolError) as info:
+        _featurize(_episode(cameras=(junk,)))
+    assert info.value.reason is QuarantineReason.BAD_VIDEO
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_non_finite_values_are_bad_values(bad: float) -> None:
+    ep = _episode()
+    ep.action[7, 1] = bad
+    with pytest.raises(ProtocolError, match="action is not finite at step 7") as info:
+        _featurize(ep)
+    assert info.value.reason is QuarantineReason.BAD_VALUES
+
+
+def test_unordered_frame_timestamps_are_bad_values() -> None:
+    cam, _ = _camera("cam_high", 0, 4, 10.0)
+    back = CameraVideo(cam.spec, np.array([0, 200, 100, 300], dtype=np.int64), cam.data)
+    with pytest.raises(ProtocolError, match="non-decreasing") as info:
+        _featurize(_episode(cameras=(back,)))
+    assert info.value.reason is QuarantineReason.BAD_VALUES
