@@ -414,10 +414,10 @@ class Uploader:
 
     def _send_episode(self, entry: SpoolEntry, deadline: float | None) -> bool:
         messages = self.spool.messages(entry.episode_id)
-        todo: list[int] = list(range(len(messages)))
+        remaining: list[int] = list(range(len(messages)))
         backoff = self.config.backoff_initial_s
         for attempt in range(self.config.send_rounds):
-            failed, recreate = self._produce(entry.episode_id, messages, todo, deadline)
+            failed, recreate = self._produce(entry.episode_id, messages, remaining, deadline)
             if not failed:
                 self.spool.mark_sent(entry.episode_id, time.time_ns())
                 if entry.attempts > 0:
@@ -428,9 +428,9 @@ class Uploader:
                 # chunk depends on the old producer's (possibly lost) sequence numbers.
                 logger.warning("recreating the kafka producer and re-sending %s", entry.episode_id)
                 self._drop_producer()
-                todo = list(range(len(messages)))
+                remaining = list(range(len(messages)))
             else:
-                todo = failed
+                remaining = failed
             if attempt + 1 == self.config.send_rounds:
                 break
             pause = backoff
