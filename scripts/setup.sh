@@ -12,6 +12,14 @@ import sys; sys.exit(0 if sys.version_info[:2] == (3, 11) else 1)
 PY
 command -v java >/dev/null 2>&1 || { echo "setup: Java 17 is required by PyFlink: apt-get install openjdk-17-jre-headless"; exit 1; }
 
+# kcat (Debian) is the independent Kafka client the fault tests use to write garbage to the topic.
+if ! command -v kcat >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
+  $SUDO apt-get install -y -qq kcat >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq >/dev/null 2>&1 && $SUDO apt-get install -y -qq kcat >/dev/null; } \
+    || echo "setup: could not install kcat (apt-get install kcat); the kcat fault test will fail"
+fi
+
 start=$(date +%s)
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
