@@ -15,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import errno
 import fcntl
+import json
 import os
 import time
 from collections.abc import Iterator, Mapping
@@ -32,6 +33,7 @@ from pi_catalog._schema import (
     INDEX_ARROW_SCHEMA,
     INDEX_TABLE,
     SNAPSHOTS_DDL,
+    SNAPSHOTS_TABLE,
     VIEW_DDL,
     index_ddl,
 )
@@ -311,6 +313,105 @@ class Catalog:
                 self._insert(client, table)
                 rows += table.num_rows
         return rows
+
+    # -- dataset snapshots (architecture decision 6) ---------------------------------------
+
+    def _ensure_snapshots(self, client: Any) -> None:
+        self._ensure(client)
+        # The full snapshot (episode ids and attempts) as JSON; catalogs made before it existed
+        # gain the column here. sql and table_versions stay as columns for queries.
+        self._command(client, f"ALTER TABLE {SNAPSHOTS_TABLE} ADD COLUMN IF NOT EXISTS snapshot String")
+
+    def save_snapshot(
+        self, name: str, snapshot_json: str, *, sql: str, table_versions: Mapping[str, int]
+    ) -> None:
+        """Store a dataset snapshot (a pi_loader.Snapshot as JSON) under `name`.
+
+        Names are immutable: storing the same JSON again is a no-op; different JSON under a taken
+        name raises, so a training run's named dataset can never change under it.
+
+        Raises:
+            ValueError: empty name.
+            PiCatalogError: the name is taken by a different snapshot.
+
+        Example:
+            >>> catalog.save_snapshot("pick-v3", snap.to_json(), sql=snap.sql or "",
+            ...                       table_versions=snap.table_versions)
+        """
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"snapshot name must be a non-empty string, got {name!r}")
+        with self._session() as client:
+            self._ensure_snapshots(client)
+            existing = self._snapshot_rows(client, name)
+            if existing:
+                if existing[0] == snapshot_json:
+                    return
+                raise PiCatalogError(
+                    f"snapshot name {name!r} is taken by a different snapshot; names are immutable, "
+                    "pick a new name (e.g. with a version suffix)"
+                )
+            row = pa.table(
+                {
+                    "name": pa.array([name]),
+                    "created_at": pa.array([time.time_ns() // 1_000_000], pa.int64()).cast(
+                        pa.timestamp("ms", tz="UTC")
+                    ),
+                    "sql": pa.array([sql]),
+                    "table_versions": pa.array([json.dumps(dict(table_versions), sort_keys=True)]),
+                    "snapshot": pa.array([snapshot_json]),
+                }
+            )
+            try:
+                client.insert_arrow(SNAPSHOTS_TABLE, row)
+            except Exception as err:
+                raise CatalogQueryError(str(err), f"INSERT INTO {SNAPSHOTS_TABLE} (name={name!r})") from err
+
+    def _snapshot_rows(self, client: Any, name: str) -> list[str]:
+        sql = f"SELECT snapshot FROM {SNAPSHOTS_TABLE} WHERE name = {{name:String}} ORDER BY created_at"
+        try:
+            table = client.query_arrow(sql, parameters={"name": name})
+        except Exception as err:
+            raise CatalogQueryError(str(err), sql) from err
+        return [v.decode() if isinstance(v, bytes) else str(v) for v in table.column("snapshot").to_pylist()]
+
+    def snapshot_json(self, name: str) -> str:
+        """The JSON stored under snapshot `name`.
+
+        Raises:
+            PiCatalogError: no snapshot has that name (the message lists the names there are).
+
+        Example:
+            >>> Snapshot.from_json(catalog.snapshot_json("pick-v3"))
+        """
+        with self._session() as client:
+            self._ensure_snapshots(client)
+            rows = self._snapshot_rows(client, name)
+            if not rows:
+                names = self._snapshot_names(client)
+                raise PiCatalogError(
+                    f"no dataset snapshot named {name!r} in the catalog at {self.location}; "
+                    f"it has {names[:20]}{' ...' if len(names) > 20 else ''}"
+                )
+        return rows[0]
+
+    def _snapshot_names(self, client: Any) -> list[str]:
+        sql = f"SELECT DISTINCT name FROM {SNAPSHOTS_TABLE} ORDER BY name"
+        try:
+            table = client.query_arrow(sql)
+        except Exception as err:
+            raise CatalogQueryError(str(err), sql) from err
+        return [v.decode() if isinstance(v, bytes) else str(v) for v in table.column("name").to_pylist()]
+
+    def snapshot_names(self) -> list[str]:
+        """Names of the stored dataset snapshots, sorted.
+
+        Example:
+            >>> Catalog("/data/catalog").snapshot_names()
+            ['pick-v3']
+        """
+        with self._session() as client:
+            self._ensure_snapshots(client)
+            return self._snapshot_names(client)
 
 
 def _index_rows(rows: pa.Table, episodes_version: int) -> pa.Table:

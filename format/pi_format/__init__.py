@@ -8,6 +8,7 @@ from pi_format.errors import PiFormatError, ProtocolError, QuarantineReason, Vid
 from pi_format.layout import LakeLayout
 from pi_format.schemas import (
     EPISODES_SCHEMA,
+    QUARANTINE_RELEASES_SCHEMA,
     QUARANTINE_SCHEMA,
     RAW_SCHEMA,
     STEPS_SCHEMA,
@@ -19,6 +20,7 @@ from pi_format.topics import ACK_TOPIC, RAW_TOPIC, RAW_TOPIC_PARTITIONS, Ack, Ac
 __all__ = [
     "ACK_TOPIC",
     "EPISODES_SCHEMA",
+    "QUARANTINE_RELEASES_SCHEMA",
     "QUARANTINE_SCHEMA",
     "RAW_SCHEMA",
     "RAW_TOPIC",

@@ -25,6 +25,10 @@ class QuarantineReason(enum.StrEnum):
     BAD_METADATA = "bad_metadata"
     BAD_VIDEO = "bad_video"
     BAD_VALUES = "bad_values"
+    BAD_TIMESTAMPS = "bad_timestamps"
+    BAD_RATE = "bad_rate"
+    UNKNOWN_ROBOT_TYPE = "unknown_robot_type"
+    OUT_OF_RANGE = "out_of_range"
     INCOMPLETE_TIMEOUT = "incomplete_timeout"
 
 

@@ -51,5 +51,9 @@ class LakeLayout:
         return self.table("quarantine")
 
     @property
+    def quarantine_releases(self) -> str:
+        return self.table("quarantine_releases")
+
+    @property
     def is_local(self) -> bool:
         return "://" not in self.root or self.root.startswith("file://")

@@ -105,10 +105,29 @@ QUARANTINE_SCHEMA = pa.schema(
     ]
 )
 
+# One row per operator release of a quarantined episode (`pilake quarantine release`). The
+# quarantine table stays append-only; whether a quarantine row is still open is derived from
+# this table and from `episodes` (SPEC.md section 7.6).
+QUARANTINE_RELEASES_SCHEMA = pa.schema(
+    [
+        pa.field("release_id", pa.string(), nullable=False),
+        pa.field("episode_id", pa.string(), nullable=False),
+        # the quarantine rows of this episode that were open when it was released
+        pa.field("quarantine_ids", pa.list_(pa.string()), nullable=False),
+        pa.field("outcome", pa.string(), nullable=False),  # "committed" | "already_committed"
+        pa.field("attempt_id", pa.string(), nullable=False),  # the attempt visible in episodes
+        # the raw rows the episode was rebuilt from: attempt ids and Kafka offsets
+        pa.field("raw_pointer", pa.string(), nullable=False),
+        pa.field("note", pa.string(), nullable=False),  # the operator's reason ("registry fixed")
+        pa.field("released_at_ns", pa.int64(), nullable=False),
+    ]
+)
+
 TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "raw": RAW_SCHEMA,
     "episodes": EPISODES_SCHEMA,
     "steps": STEPS_SCHEMA,
     "video": VIDEO_SCHEMA,
     "quarantine": QUARANTINE_SCHEMA,
+    "quarantine_releases": QUARANTINE_RELEASES_SCHEMA,
 }

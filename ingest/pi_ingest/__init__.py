@@ -13,11 +13,12 @@ from pi_ingest.simulator import (
     simulate_fleet,
     write_fleet,
 )
-from pi_ingest.spool import Spool, SpoolEntry
+from pi_ingest.spool import LedgerEvent, Spool, SpoolEntry, read_ledger
 from pi_ingest.uploader import Uploader, UploaderConfig, UploadReport, upload_paths
 
 __all__ = [
     "BundleError",
+    "LedgerEvent",
     "PiIngestError",
     "SimulatedEpisode",
     "SimulationConfig",
@@ -27,6 +28,7 @@ __all__ = [
     "UploadReport",
     "Uploader",
     "UploaderConfig",
+    "read_ledger",
     "simulate_episode",
     "simulate_fleet",
     "upload_paths",

@@ -11,6 +11,12 @@ killed at any instant leaves either the old or the new version of each file:
   garbage and removed;
 * leftover `*.tmp` files are ignored and removed.
 
+Next to the entries, `ledger.jsonl` keeps an append-only history of the spool: one line when an
+episode is submitted (id, digest, sizes) and one when the lake confirmed it (status, attempt).
+Entries are deleted once confirmed, the ledger is not: it is what `pilake audit` counts as
+"produced". Each line is appended with fsync; a torn last line (killed mid-write) is skipped
+on read, and a pending entry whose "submitted" line never made it is given one on start.
+
 One process should own a spool directory at a time (the uploader); the spool does not lock it.
 """
 
@@ -35,6 +41,65 @@ from pi_ingest.errors import SpoolError
 _STATE_SUFFIX = ".json"
 _TMP_SUFFIX = ".tmp"
 _STATE_VERSION = 1
+LEDGER_NAME = "ledger.jsonl"
+
+
+@dataclass(frozen=True, slots=True)
+class LedgerEvent:
+    """One line of a spool's ledger.
+
+    `event` is "submitted" (then `sha256`, `message_count`, `size_bytes` are set) or
+    "confirmed" (then `status` is the lake's ack status, "committed" or "quarantined", and
+    `attempt_id` the attempt the ack named).
+
+    Example:
+        >>> [e.event for e in read_ledger(Path("spool"))]
+        ['submitted', 'confirmed']
+    """
+
+    event: str
+    episode_id: str
+    at_ns: int
+    sha256: str = ""
+    message_count: int = 0
+    size_bytes: int = 0
+    status: str = ""
+    attempt_id: str = ""
+
+
+def read_ledger(root: Path) -> list[LedgerEvent]:
+    """Every event in the ledger of the spool at `root`, oldest first ([] when there is none).
+
+    A line that does not parse is skipped: only the last line can be torn (appends are
+    fsynced one by one), and a torn "submitted" line is re-written on the spool's next start.
+
+    Example:
+        >>> len({e.episode_id for e in read_ledger(Path("spool")) if e.event == "submitted"})
+        12
+    """
+    try:
+        text = (Path(root) / LEDGER_NAME).read_text(encoding="utf-8", errors="replace")
+    except FileNotFoundError:
+        return []
+    events = []
+    for line in text.splitlines():
+        try:
+            doc = json.loads(line)
+            events.append(
+                LedgerEvent(
+                    event=str(doc["event"]),
+                    episode_id=str(doc["episode_id"]),
+                    at_ns=int(doc["at_ns"]),
+                    sha256=str(doc.get("sha256", "")),
+                    message_count=int(doc.get("message_count", 0)),
+                    size_bytes=int(doc.get("size_bytes", 0)),
+                    status=str(doc.get("status", "")),
+                    attempt_id=str(doc.get("attempt_id", "")),
+                )
+            )
+        except (ValueError, KeyError, TypeError):
+            continue
+    return events
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,8 +175,31 @@ class Spool:
 
     # -- crash recovery ------------------------------------------------------------------------
 
+    def _ledger_append(self, doc: dict[str, Any]) -> None:
+        line = json.dumps(doc, sort_keys=True).encode() + b"\n"
+        with open(self.root / LEDGER_NAME, "a+b") as f:  # + : read the last byte
+            size = f.seek(0, os.SEEK_END)
+            if size and os.pread(f.fileno(), 1, size - 1) != b"\n":
+                line = b"\n" + line  # end a line torn by a crash, so this one stays readable
+            f.write(line)
+            f.flush()
+            os.fsync(f.fileno())
+
+    def _ledger_submitted(self, doc: dict[str, Any]) -> None:
+        self._ledger_append(
+            {
+                "event": "submitted",
+                "episode_id": doc["episode_id"],
+                "at_ns": time.time_ns(),
+                "sha256": doc["sha256"],
+                "message_count": doc["message_count"],
+                "size_bytes": doc["size_bytes"],
+            }
+        )
+
     def _recover(self) -> None:
-        """Remove temp files and orphan state files; give orphan bundles a fresh state."""
+        """Remove temp files and orphan state files; give orphan bundles a fresh state; give
+        pending entries whose "submitted" ledger line is missing (killed in `add`) that line."""
         for tmp in self.root.glob(f"*{_TMP_SUFFIX}"):
             tmp.unlink(missing_ok=True)
         for state in self.root.glob(f"*{_STATE_SUFFIX}"):
@@ -129,6 +217,11 @@ class Spool:
             self._write_state(
                 eid, messages, attempts=0, first_ns=bundle.stat().st_mtime_ns, last_sent_ns=None
             )
+        in_ledger = {(e.episode_id, e.sha256) for e in read_ledger(self.root) if e.event == "submitted"}
+        for state in self.root.glob(f"*{_STATE_SUFFIX}"):
+            doc = self._read_state(state.name[: -len(_STATE_SUFFIX)])
+            if doc is not None and (doc.get("episode_id"), doc.get("sha256")) not in in_ledger:
+                self._ledger_submitted(doc)
 
     # -- state ---------------------------------------------------------------------------------
 
@@ -207,6 +300,7 @@ class Spool:
             return self._entry(existing)
         write_bundle(self._bundle(episode_id), list(messages))
         doc = self._write_state(episode_id, messages, attempts=0, first_ns=time.time_ns(), last_sent_ns=None)
+        self._ledger_submitted(doc)
         return self._entry(doc)
 
     def entries(self) -> list[SpoolEntry]:
@@ -260,8 +354,14 @@ class Spool:
         _write_json_atomic(self._state(episode_id), doc)
         return self._entry(doc)
 
-    def confirm(self, episode_id: str) -> bool:
-        """Delete the entry once the lake has it. Returns True if it was spooled."""
+    def confirm(self, episode_id: str, *, status: str = "committed", attempt_id: str = "") -> bool:
+        """Delete the entry once the lake has it, and note that in the ledger. Returns True if
+        it was spooled.
+
+        Args:
+            status: the lake's ack status ("committed" or "quarantined"), kept in the ledger.
+            attempt_id: the processing attempt the ack named, kept in the ledger.
+        """
         check_name("episode_id", episode_id)
         bundle, state = self._bundle(episode_id), self._state(episode_id)
         existed = bundle.exists()
@@ -271,6 +371,15 @@ class Spool:
         state.unlink(missing_ok=True)
         if existed:
             _fsync_dir(self.root)
+            self._ledger_append(
+                {
+                    "event": "confirmed",
+                    "episode_id": episode_id,
+                    "at_ns": time.time_ns(),
+                    "status": status,
+                    "attempt_id": attempt_id,
+                }
+            )
         return existed
 
     def __len__(self) -> int:

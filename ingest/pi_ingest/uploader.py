@@ -519,7 +519,7 @@ class Uploader:
             return None
         if entry is None:
             return None
-        self.spool.confirm(ack.episode_id)
+        self.spool.confirm(ack.episode_id, status=ack.status.value, attempt_id=ack.attempt_id)
         if ack.status is AckStatus.QUARANTINED:
             # Durable in the quarantine table: nothing a re-send could fix, so it is done too.
             logger.warning("episode %s was quarantined by the lake: %s", ack.episode_id, ack.reason)

@@ -10,6 +10,8 @@ picklable `SinkSettings`.
 
 from __future__ import annotations
 
+import contextlib
+import hashlib
 import json
 import logging
 import os
@@ -32,6 +34,7 @@ from pi_format import (
 )
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 
+from pi_jobs.contract import RobotRegistry, check_episode, load_registry
 from pi_jobs.featurize import FeaturizeConfig, featurize
 
 log = logging.getLogger("pi_jobs.stream")
@@ -40,6 +43,11 @@ log = logging.getLogger("pi_jobs.stream")
 # and go straight to quarantine.
 NO_KEY = "__nokey__"
 PROGRESS_FILE = "progress.json"
+# An oversize message is kept in raw only up to the protocol's limit: it can never be
+# re-admitted, and a 256 MiB message must not bloat the bronze table (SPEC.md 7.5).
+_OVERSIZE_KEEP_BYTES = 1_000_000
+# Default of SinkSettings.incomplete_timeout_ms (see StreamJobConfig.incomplete_timeout_s).
+DEFAULT_INCOMPLETE_TIMEOUT_MS = 60_000
 
 
 def episode_key(row: Any) -> str:
@@ -65,7 +73,13 @@ class SinkSettings:
     ack_topic: str
     progress_path: str
     featurize: FeaturizeConfig
-    client_options: Mapping[str, str] = field(default_factory=dict)
+    # Kafka security settings (SASL passwords): kept out of the repr so they are never logged.
+    client_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The robot registry the contract checks against; None: the one shipped with pi_jobs.
+    registry: RobotRegistry | None = None
+    # An episode with no new chunk for this long (processing time) is quarantined as
+    # incomplete_timeout; its chunks are kept in raw.
+    incomplete_timeout_ms: int = DEFAULT_INCOMPLETE_TIMEOUT_MS
 
 
 @dataclass(slots=True)
@@ -86,6 +100,7 @@ class _Pending:
     attempt_id: str
     assembler: Any  # pi_format.wire.EpisodeAssembler
     messages: list[_Message] = field(default_factory=list)
+    last_chunk_ms: int = 0  # processing time of the latest chunk (the incomplete timeout's start)
 
 
 def _raw_rows(messages: list[_Message], attempt_id: str, chunk_indices: list[int | None]) -> pa.Table:
@@ -111,6 +126,7 @@ def _quarantine_row(
     details: str,
     messages: list[_Message],
     attempt_id: str,
+    size_bytes: int | None = None,
 ) -> pa.Table:
     first = messages[0]
     offsets = [m.offset for m in messages]
@@ -132,7 +148,7 @@ def _quarantine_row(
                 "kafka_partition": first.partition,
                 "kafka_offsets": offsets,
                 "raw_pointer": pointer,
-                "size_bytes": sum(len(m.value) for m in messages),
+                "size_bytes": size_bytes if size_bytes is not None else sum(len(m.value) for m in messages),
                 "attempt_id": attempt_id,
                 "quarantined_at_ns": time.time_ns(),
             }
@@ -157,23 +173,14 @@ class EpisodeSinkFunction(KeyedProcessFunction):
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, runtime_context: RuntimeContext) -> None:
-        from confluent_kafka import Producer
-
         from pi_jobs.lake_writer import LakeWriter
 
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         self.writer = LakeWriter(LakeLayout(self.settings.lake_root))
-        self.producer = Producer(
-            {
-                **self.settings.client_options,
-                "bootstrap.servers": self.settings.bootstrap_servers,
-                "enable.idempotence": True,
-                "acks": "all",
-                "linger.ms": 0,
-            }
-        )
+        self.producer = self._new_ack_producer()
         self.catalog: Any = None
         self.pending: dict[str, _Pending] = {}
+        self.registry = self.settings.registry or load_registry(None)
         self.progress = self._load_progress()
 
     def close(self) -> None:
@@ -199,6 +206,7 @@ class EpisodeSinkFunction(KeyedProcessFunction):
             "duplicates": 0,
             "quarantined": 0,
             "incomplete": 0,
+            "timed_out": 0,
             "first_activity_ns": 0,
             "last_activity_ns": 0,
         }
@@ -214,13 +222,57 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         os.replace(tmp, path)  # atomic: the driver never reads half a file
 
     # -- outputs ---------------------------------------------------------------------------
+    def _new_ack_producer(self) -> Any:
+        from confluent_kafka import Producer
+
+        # Not idempotent on purpose: an ack repeated is harmless, while an idempotent producer
+        # livelocks on UNKNOWN_PRODUCER_ID after a broker restart (see ARCHITECTURE, Kafka notes).
+        return Producer(
+            {
+                **self.settings.client_options,
+                "bootstrap.servers": self.settings.bootstrap_servers,
+                "acks": "all",
+                "linger.ms": 0,
+                "message.timeout.ms": 15000,
+            }
+        )
+
     def _ack(self, ack: Ack) -> None:
-        self.producer.produce(self.settings.ack_topic, key=ack.episode_id.encode(), value=ack.encode())
-        left = self.producer.flush(30)
-        if left:
-            raise RuntimeError(
-                f"ack for {ack.episode_id} not delivered to {self.settings.ack_topic} within 30 s"
+        """Tell the uploader; best effort, because the lake commit has already happened.
+
+        A lost ack only delays confirmation: the uploader re-sends the episode, the job sees
+        an already-committed episode and acks again. Failing the job here instead would spend
+        one of its bounded Flink restarts on a broker hiccup.
+        """
+        failed: list[str] = []
+
+        def on_delivery(err: Any, _msg: Any) -> None:
+            if err is not None:
+                failed.append(str(err))
+
+        try:
+            self.producer.produce(
+                self.settings.ack_topic,
+                key=ack.episode_id.encode(),
+                value=ack.encode(),
+                on_delivery=on_delivery,
             )
+            left = self.producer.flush(20)
+        except Exception as err:  # BufferError or a KafkaException from a broken producer
+            failed.append(repr(err))
+            left = 1
+        if left or failed:
+            log.warning(
+                "ack for %s (%s) not delivered to %s (%s); recreating the ack producer, "
+                "the uploader's re-send will be acked again",
+                ack.episode_id,
+                ack.status,
+                self.settings.ack_topic,
+                "; ".join(failed) or f"{left} still queued",
+            )
+            with contextlib.suppress(Exception):
+                self.producer.purge()
+            self.producer = self._new_ack_producer()
 
     def _quarantine(
         self,
@@ -232,6 +284,7 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         messages: list[_Message],
         attempt_id: str,
         ack: bool,
+        size_bytes: int | None = None,
     ) -> None:
         why = err.reason if err is not None else reason
         if why is None:
@@ -239,7 +292,12 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         text = err.detail if err is not None else details
         self.writer.write_quarantine(
             _quarantine_row(
-                episode_id=episode_id, reason=why, details=text, messages=messages, attempt_id=attempt_id
+                episode_id=episode_id,
+                reason=why,
+                details=text,
+                messages=messages,
+                attempt_id=attempt_id,
+                size_bytes=size_bytes,
             )
         )
         self.progress["quarantined"] += 1
@@ -280,16 +338,36 @@ class EpisodeSinkFunction(KeyedProcessFunction):
             # A single message that cannot be used: keep its bytes and say why; the episode it
             # may belong to carries on (and completes if the message is re-sent intact).
             attempt_id = str(uuid.uuid4())
-            self.writer.write_raw(_raw_rows([msg], attempt_id, [None]))
             eid = msg.key or peek_episode_id(payload)
-            self._quarantine(episode_id=eid, err=err, messages=[msg], attempt_id=attempt_id, ack=False)
+            detail = err.detail
+            if err.reason is QuarantineReason.OVERSIZE:
+                detail += (
+                    f"; sha256 {hashlib.sha256(payload).hexdigest()}; raw keeps the first "
+                    f"{_OVERSIZE_KEEP_BYTES} bytes"
+                )
+                msg.value = payload[:_OVERSIZE_KEEP_BYTES]
+            self.writer.write_raw(_raw_rows([msg], attempt_id, [None]))
+            self._quarantine(
+                episode_id=eid,
+                err=None,
+                reason=err.reason,
+                details=detail,
+                messages=[msg],
+                attempt_id=attempt_id,
+                ack=False,
+                size_bytes=len(payload),
+            )
             self._write_progress()
             return iter(())
 
+        now_ms = int(ctx.timer_service().current_processing_time())
         pending = self.pending.get(msg.key)
         if pending is None:
             pending = _Pending(str(uuid.uuid4()), EpisodeAssembler(msg.key))
             self.pending[msg.key] = pending
+            # One live timer per pending episode; on_timer re-arms it while chunks keep coming.
+            ctx.timer_service().register_processing_time_timer(now_ms + self.settings.incomplete_timeout_ms)
+        pending.last_chunk_ms = now_ms
         try:
             # returns False for an identical duplicate chunk, which the assembler ignores
             pending.assembler.add(chunk)
@@ -310,6 +388,48 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         self._write_progress()
         return iter(())
 
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
+        """The incomplete timeout of one episode: quarantine it unless chunks came meanwhile.
+
+        After a Flink restart timers are restored but `pending` (in memory) is not: a timer
+        without a pending episode does nothing.
+        """
+        key = ctx.get_current_key()
+        pending = self.pending.get(key)
+        if pending is None:
+            return iter(())
+        deadline_ms = pending.last_chunk_ms + self.settings.incomplete_timeout_ms
+        if timestamp < deadline_ms:  # a chunk arrived since this timer was set
+            ctx.timer_service().register_processing_time_timer(deadline_ms)
+            return iter(())
+        del self.pending[key]
+        self._time_out(pending)
+        self._write_progress()
+        return iter(())
+
+    def _time_out(self, pending: _Pending) -> None:
+        asm = pending.assembler
+        messages = sorted(pending.messages, key=lambda m: (m.partition, m.offset))
+        self.writer.write_raw(_raw_rows(messages, pending.attempt_id, [m.chunk_index for m in messages]))
+        have = sorted(asm.chunks)
+        missing = [i for i in range(asm.chunk_count or 0) if i not in asm.chunks]
+        shown = f"{missing[:20]}{' ...' if len(missing) > 20 else ''}"
+        self.progress["timed_out"] = int(self.progress.get("timed_out", 0)) + 1
+        # No ack: the uploader re-sends an episode it got no ack for, and a full re-send can
+        # still complete (and commit) it; the commit then closes this quarantine row.
+        self._quarantine(
+            episode_id=asm.episode_id,
+            err=None,
+            reason=QuarantineReason.INCOMPLETE_TIMEOUT,
+            details=(
+                f"episode {asm.episode_id} has {len(have)} of {asm.chunk_count} chunks after "
+                f"{self.settings.incomplete_timeout_ms / 1000:g} s without a new chunk; missing {shown}"
+            ),
+            messages=messages,
+            attempt_id=pending.attempt_id,
+            ack=False,
+        )
+
     def _complete(self, pending: _Pending, *, manifest_at_ns: int) -> None:
         asm = pending.assembler
         eid: str = asm.episode_id
@@ -322,6 +442,7 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         raw_size = int(asm.size_bytes)  # distinct chunks only
         try:
             episode = asm.assemble()
+            check_episode(episode, self.registry)
             featurized = featurize(
                 episode,
                 attempt_id=pending.attempt_id,

@@ -26,7 +26,7 @@ def _cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     from pi_jobs.stack import ensure_topics, start_broker
 
     status = start_broker(settings)
-    ensure_topics(settings.bootstrap_servers)
+    ensure_topics(settings.bootstrap_servers, settings.kafka.options)
     print(f"up: {status.detail}; topics ready; state in {settings.home}")
     return 0
 
@@ -81,7 +81,11 @@ def _cmd_simulate(settings: Settings, args: argparse.Namespace) -> int:
 def _upload(settings: Settings, paths: Sequence[Path], *, wait_s: float | None) -> int:
     from pi_ingest.uploader import UploaderConfig, upload_paths
 
-    config = UploaderConfig(bootstrap_servers=settings.bootstrap_servers, spool_dir=settings.home / "spool")
+    config = UploaderConfig(
+        bootstrap_servers=settings.bootstrap_servers,
+        spool_dir=settings.home / "spool",
+        client_options=settings.kafka.options,
+    )
     report = upload_paths(list(paths), config, wait_s=wait_s, progress=True)
     print(
         f"upload: {report.submitted} episodes, {report.sent_messages} messages, "
@@ -108,6 +112,8 @@ def stream_config(settings: Settings) -> StreamJobConfig:
         catalog_path=settings.catalog_path,
         work_dir=settings.flink_dir,
         jar_dir=settings.jar_dir,
+        robots_path=settings.robots_path,
+        client_options=settings.kafka.options,
     )
 
 
@@ -115,9 +121,14 @@ def _cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     from pi_jobs.stack import ensure_topics
     from pi_jobs.stream_job import run_stream_job
 
-    ensure_topics(settings.bootstrap_servers)
+    ensure_topics(settings.bootstrap_servers, settings.kafka.options)
+    config = stream_config(settings)
+    if args.incomplete_timeout_s is not None:
+        from dataclasses import replace
+
+        config = replace(config, incomplete_timeout_s=args.incomplete_timeout_s)
     report = run_stream_job(
-        stream_config(settings),
+        config,
         until_idle=args.until_idle,
         idle_timeout_s=args.idle_timeout_s,
         max_runtime_s=args.max_runtime_s,
@@ -144,6 +155,153 @@ def _cmd_catalog_rebuild(settings: Settings, args: argparse.Namespace) -> int:
     rows = Catalog(settings.catalog_path).rebuild_from_lake(LakeLayout(settings.lake_root))
     print(f"catalog: rebuilt from {settings.lake_root}: {rows} episodes")
     return 0
+
+
+def _cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_format import LakeLayout
+
+    from pi_jobs.audit import audit, format_report
+    from pi_jobs.stack import broker_status
+
+    spools = [Path(p) for p in args.spool] if args.spool else [settings.home / "spool"]
+    topic_config = None
+    if not args.no_topic:
+        if (
+            broker_status(settings).running
+            or settings.bootstrap_servers != f"127.0.0.1:{settings.broker_port}"
+        ):
+            topic_config = stream_config(settings)
+        else:
+            log.info("audit: the local broker is not running; the topic's offsets are not read")
+    report = audit(
+        LakeLayout(settings.lake_root),
+        spool_dirs=spools,
+        catalog_path=None if args.no_catalog else settings.catalog_path,
+        topic_config=topic_config,
+    )
+    print(
+        json.dumps(report.to_json(), indent=2)
+        if args.json
+        else format_report(report, lake_root=settings.lake_root)
+    )
+    return 0 if report.ok else 1
+
+
+def _cmd_quarantine_list(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_format import LakeLayout
+
+    from pi_jobs.quarantine import list_quarantine
+
+    entries = list_quarantine(LakeLayout(settings.lake_root), include_closed=args.all)
+    if args.reason:
+        entries = [e for e in entries if e.reason == args.reason]
+    if args.json:
+        for e in entries:
+            print(json.dumps({f: getattr(e, f) for f in e.__dataclass_fields__}, sort_keys=True))
+        return 0
+    for e in entries:
+        offsets = e.kafka_offsets
+        where = f"{e.kafka_partition}:{offsets[0]}" + (f"..{offsets[-1]}" if len(offsets) > 1 else "")
+        print(
+            f"{e.quarantine_id}  {e.status:<9} {e.reason:<20} {e.counting_key:<40} "
+            f"{where:<14} {e.size_bytes:>10} B  {e.details[:80]}"
+        )
+    open_keys = {e.counting_key for e in entries if e.status == "open"}
+    print(f"quarantine: {len(entries)} rows, {len(open_keys)} quarantined (open) episodes/messages")
+    return 0
+
+
+def _cmd_quarantine_show(settings: Settings, args: argparse.Namespace) -> int:
+    import hashlib
+
+    from pi_format import LakeLayout
+
+    from pi_jobs.quarantine import dump_raw, find_entries, raw_rows
+
+    layout = LakeLayout(settings.lake_root)
+    entries = find_entries(layout, args.ident)
+    for e in entries:
+        print(f"quarantine_id : {e.quarantine_id}  ({e.status})")
+        print(f"episode_id    : {e.episode_id}   counting key: {e.counting_key}")
+        print(f"reason        : {e.reason}")
+        print(f"details       : {e.details}")
+        print(f"raw_pointer   : {e.raw_pointer}")
+        print(f"size_bytes    : {e.size_bytes}")
+        for r in raw_rows(layout, e).to_pylist():
+            message = r["message"]
+            digest = hashlib.sha256(message).hexdigest()[:16]
+            print(
+                f"  raw {r['kafka_topic']}/{r['kafka_partition']}@{r['kafka_offset']} "
+                f"chunk={r['chunk_index']} {len(message)} B sha256={digest} "
+                f"head={message[:24].hex()}"
+            )
+    if args.dump:
+        count = dump_raw(layout, entries, Path(args.dump))
+        print(f"quarantine: wrote {count} raw messages to {args.dump} (re-send with `pilake upload`)")
+    return 0
+
+
+def _cmd_quarantine_release(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_format import LakeLayout
+
+    from pi_jobs.contract import load_registry
+    from pi_jobs.quarantine import release_episode
+
+    result = release_episode(
+        LakeLayout(settings.lake_root),
+        args.episode_id,
+        catalog_path=settings.catalog_path,
+        registry=load_registry(settings.robots_path),
+        featurize_config=stream_config(settings).featurize,
+        note=args.note,
+    )
+    print(
+        f"quarantine: {result.episode_id} {result.outcome} as attempt {result.attempt_id}; "
+        f"closed {len(result.quarantine_ids)} quarantine rows"
+    )
+    return 0
+
+
+def _cmd_validate(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_jobs.validation import validate_table
+
+    report = validate_table(
+        settings.lake_root, args.table, validation_dir=settings.validation_dir, version=args.version
+    )
+    for outcome in report.outcomes if args.all else report.failed:
+        print(outcome.describe())
+    skipped = f", {report.skipped_rows} invisible rows skipped" if report.skipped_rows else ""
+    verdict = "passed" if report.success else f"FAILED {len(report.failed)} of {len(report.outcomes)}"
+    print(
+        f"validate: {report.table}@v{report.version} ({report.rows} rows{skipped}): "
+        f"suite {report.suite_name} {verdict} expectations"
+    )
+    if report.docs_index is not None:
+        print(f"validate: Data Docs: {report.docs_index}")
+    return 0 if report.success else 2
+
+
+def _cmd_drift(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_jobs.validation import DriftConfig, check_lake_drift, write_drift_report
+
+    config = DriftConfig(
+        recent_episodes=args.recent,
+        baseline_episodes=args.baseline,
+        order_by=args.order_by,
+        z_threshold=args.z_threshold,
+        min_fraction=args.min_fraction,
+    )
+    report = check_lake_drift(settings.lake_root, config, version=args.version)
+    for group in report.groups:
+        if not group.checked:
+            print(f"drift: {group.robot_type}: not checked: {group.note}")
+    for finding in report.findings:
+        print(f"drift: {finding.describe()}")
+    html_path, _ = write_drift_report(report, settings.validation_dir / "drift")
+    checked = sum(g.checked for g in report.groups)
+    verdict = "no drift" if report.ok else f"{len(report.findings)} findings"
+    print(f"drift: episodes@v{report.version}, {checked} robot types checked: {verdict}; report: {html_path}")
+    return 0 if report.ok else 2
 
 
 def _cmd_demo(settings: Settings, args: argparse.Namespace) -> int:
@@ -193,7 +351,29 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--until-idle", action="store_true", help="stop once the topic is drained")
     p.add_argument("--idle-timeout-s", type=float, default=5.0)
     p.add_argument("--max-runtime-s", type=float, default=None)
+    p.add_argument(
+        "--incomplete-timeout-s",
+        type=float,
+        default=None,
+        help="quarantine an episode with no new chunk for this long (default 60)",
+    )
     p.set_defaults(func=_cmd_stream)
+
+    p = sub.add_parser("quarantine", help="list, show or release quarantined episodes")
+    qsub = p.add_subparsers(dest="quarantine_command", required=True)
+    q = qsub.add_parser("list", help="open quarantine rows (--all: also committed/released ones)")
+    q.add_argument("--all", action="store_true", help="include rows closed by a commit or a release")
+    q.add_argument("--reason", default=None, help="only this reason code")
+    q.add_argument("--json", action="store_true", help="one JSON object per row")
+    q.set_defaults(func=_cmd_quarantine_list)
+    q = qsub.add_parser("show", help="a row (by quarantine_id or episode_id) and its raw messages")
+    q.add_argument("ident", help="a quarantine_id or an episode_id")
+    q.add_argument("--dump", default=None, help="write the raw messages to this .piep bundle file")
+    q.set_defaults(func=_cmd_quarantine_show)
+    q = qsub.add_parser("release", help="re-check an episode's raw bytes and commit it if valid")
+    q.add_argument("episode_id")
+    q.add_argument("--note", default="", help="why it is released (kept in quarantine_releases)")
+    q.set_defaults(func=_cmd_quarantine_release)
 
     p = sub.add_parser("sql", help="run ClickHouse SQL over the catalog and print a table")
     p.add_argument("query")
@@ -206,6 +386,37 @@ def build_parser() -> argparse.ArgumentParser:
     csub.add_parser("rebuild", help="rebuild the index from the Delta tables").set_defaults(
         func=_cmd_catalog_rebuild
     )
+
+    p = sub.add_parser(
+        "audit", help="reconcile spools and topic with lake and catalog; non-zero if missing/duplicated"
+    )
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument(
+        "--spool",
+        action="append",
+        default=None,
+        help="a spool dir to count (repeatable; default $PILAKE_HOME/spool)",
+    )
+    p.add_argument("--no-topic", action="store_true", help="do not read the raw topic's offsets")
+    p.add_argument("--no-catalog", action="store_true", help="do not compare with the catalog")
+    p.set_defaults(func=_cmd_audit)
+
+    p = sub.add_parser("validate", help="run a table's expectation suite; Data Docs; exit 2 on failure")
+    p.add_argument("table", choices=["episodes", "steps"])
+    p.add_argument("--version", type=int, default=None, help="Delta version (default: latest)")
+    p.add_argument("--all", action="store_true", help="print passed expectations too")
+    p.set_defaults(func=_cmd_validate)
+
+    p = sub.add_parser("drift", help="per-episode statistics: recent vs baseline; exit 2 on drift")
+    p.add_argument("--version", type=int, default=None, help="episodes table version (default: latest)")
+    p.add_argument("--recent", type=int, default=20, help="recent window, episodes per robot type")
+    p.add_argument("--baseline", type=int, default=200, help="baseline window before it")
+    p.add_argument(
+        "--order-by", default="start_time_ns", choices=["start_time_ns", "committed_at_ns", "received_at_ns"]
+    )
+    p.add_argument("--z-threshold", type=float, default=6.0, help="robust z beyond which an episode is off")
+    p.add_argument("--min-fraction", type=float, default=0.25, help="share of the window that flags drift")
+    p.set_defaults(func=_cmd_drift)
 
     p = sub.add_parser("demo", help="simulate, upload, stream, query, load: the whole path")
     p.add_argument("--robots", type=int, default=3)

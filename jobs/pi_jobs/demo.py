@@ -91,7 +91,7 @@ def run_demo(settings: Settings, config: DemoConfig) -> DemoSummary:
             print(f"    java: {java_version()}")
             ensure_connector_jars(settings.jar_dir)
             print(f"    {start_broker(settings).detail}")
-            ensure_topics(settings.bootstrap_servers)
+            ensure_topics(settings.bootstrap_servers, settings.kafka.options)
         _run_path(settings, config, summary)
     finally:
         if started_broker:
@@ -119,7 +119,9 @@ def _run_path(settings: Settings, config: DemoConfig, summary: DemoSummary) -> N
         )
         paths = write_fleet(sim, bundle_dir, progress=True)
     uploader_config = UploaderConfig(
-        bootstrap_servers=settings.bootstrap_servers, spool_dir=settings.home / "spool"
+        bootstrap_servers=settings.bootstrap_servers,
+        spool_dir=settings.home / "spool",
+        client_options=settings.kafka.options,
     )
     with Uploader(uploader_config) as uploader:
         with _Stage(summary, "upload"):

@@ -7,8 +7,10 @@ the broker's pid and log, the lake, the catalog and the connector jars.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
+
+from pi_jobs.kafka_security import KafkaSecurity
 
 # 19092 rather than Kafka's 9092, so a developer's real Kafka on 9092 is left alone.
 DEFAULT_BROKER_PORT = 19092
@@ -29,6 +31,10 @@ class Settings:
     bootstrap_servers: str = f"127.0.0.1:{DEFAULT_BROKER_PORT}"
     lake_root: str = ""
     catalog_path: str = ""
+    # the robot registry of the ingest contract; "" = the one shipped with pi_jobs
+    robots_path: str = ""
+    # SASL/TLS options for every Kafka client (repr shows the keys only; values are secrets)
+    kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
 
     def __post_init__(self) -> None:
         if not 1 <= self.broker_port <= 65535:
@@ -40,7 +46,9 @@ class Settings:
 
     @classmethod
     def from_env(cls, environ: dict[str, str] | None = None) -> Settings:
-        """Read PILAKE_HOME, PILAKE_BROKER_PORT, PILAKE_BOOTSTRAP, PILAKE_LAKE, PILAKE_CATALOG."""
+        """Read PILAKE_HOME, PILAKE_BROKER_PORT, PILAKE_BOOTSTRAP, PILAKE_LAKE, PILAKE_CATALOG,
+        PILAKE_ROBOTS (the robot registry file), and Kafka security settings from PILAKE_KAFKA_*
+        variables and $PILAKE_KAFKA_CONFIG or <home>/kafka.properties (pi_jobs.kafka_security)."""
         env = os.environ if environ is None else environ
         home = Path(env.get("PILAKE_HOME", ".pilake")).absolute()
         port_text = env.get("PILAKE_BROKER_PORT", str(DEFAULT_BROKER_PORT))
@@ -54,6 +62,8 @@ class Settings:
             bootstrap_servers=env.get("PILAKE_BOOTSTRAP", f"127.0.0.1:{port}"),
             lake_root=env.get("PILAKE_LAKE", ""),
             catalog_path=env.get("PILAKE_CATALOG", ""),
+            robots_path=env.get("PILAKE_ROBOTS", ""),
+            kafka=KafkaSecurity.from_sources(env, home),
         )
 
     @property
@@ -71,3 +81,8 @@ class Settings:
     @property
     def flink_dir(self) -> Path:
         return self.home / "flink"
+
+    @property
+    def validation_dir(self) -> Path:
+        """Where `pilake validate` keeps its great-expectations project and Data Docs."""
+        return self.home / "validation"

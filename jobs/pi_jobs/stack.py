@@ -15,6 +15,7 @@ import signal
 import socket
 import subprocess
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -177,13 +178,13 @@ def stop_broker(settings: Settings, *, timeout_s: float = 10.0) -> bool:
     return True
 
 
-def ensure_topics(bootstrap_servers: str) -> None:
+def ensure_topics(bootstrap_servers: str, client_options: Mapping[str, str] | None = None) -> None:
     """Create the raw and ack topics if missing (the broker auto-creates with 4 partitions
-    otherwise, and forgets everything on restart)."""
+    otherwise, and forgets everything on restart). `client_options` carries Kafka security settings."""
     from confluent_kafka.admin import AdminClient, NewTopic
     from pi_format import ACK_TOPIC, RAW_TOPIC, RAW_TOPIC_PARTITIONS
 
-    admin = AdminClient({"bootstrap.servers": bootstrap_servers})
+    admin = AdminClient({**(client_options or {}), "bootstrap.servers": bootstrap_servers})
     existing = set(admin.list_topics(timeout=10).topics)
     wanted = [
         NewTopic(RAW_TOPIC, num_partitions=RAW_TOPIC_PARTITIONS, replication_factor=1),

@@ -24,6 +24,7 @@ import pi_format
 
 from pi_jobs.errors import StreamJobError
 from pi_jobs.featurize import FeaturizeConfig
+from pi_jobs.kafka_security import java_client_properties
 
 log = logging.getLogger("pi_jobs")
 
@@ -56,12 +57,22 @@ class StreamJobConfig:
     checkpoint_interval_ms: int = 2000
     featurize: FeaturizeConfig = field(default_factory=FeaturizeConfig)
     client_options: Mapping[str, str] = field(default_factory=dict)
+    # The robot registry file of the ingest contract (pi_jobs.contract); "" = the packaged one.
+    robots_path: str = ""
+    # An episode with no new chunk for this long is quarantined as incomplete_timeout (its
+    # chunks kept in raw). 60 s: far above the gaps between chunks of one upload, below the
+    # uploader's 120 s re-send, and `until_idle` waits for it when episodes are incomplete.
+    incomplete_timeout_s: float = 60.0
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
             raise ValueError("bootstrap_servers must be 'host:port[,host:port]', got ''")
         if not self.lake_root:
             raise ValueError("lake_root must be a path or URI, got ''")
+        if not 0.1 <= self.incomplete_timeout_s <= 7 * 24 * 3600:
+            raise ValueError(
+                f"incomplete_timeout_s must be in [0.1, 604800] seconds, got {self.incomplete_timeout_s}"
+            )
         if self.checkpoint_interval_ms < 100:
             raise ValueError(f"checkpoint_interval_ms must be >= 100, got {self.checkpoint_interval_ms}")
         for name in ("raw_topic", "ack_topic", "group_id"):
@@ -261,6 +272,9 @@ def _build_job(config: StreamJobConfig) -> Any:
     from pyflink.table import StreamTableEnvironment
 
     from pi_jobs._stream_functions import EpisodeSinkFunction, SinkSettings, episode_key
+    from pi_jobs.contract import load_registry
+
+    registry = load_registry(config.robots_path)  # a bad registry fails here, not in the worker
 
     conf = Configuration()
     conf.set_string("python.executable", sys.executable)  # "No module named pyflink" otherwise
@@ -269,9 +283,12 @@ def _build_job(config: StreamJobConfig) -> Any:
     conf.set_string("python.fn-execution.bundle.size", "8")
     conf.set_string("python.fn-execution.bundle.time", "200")
     # With checkpointing on, Flink otherwise restarts forever and failures look like hangs.
-    conf.set_string("restart-strategy.type", "fixed-delay")
-    conf.set_string("restart-strategy.fixed-delay.attempts", "3")
-    conf.set_string("restart-strategy.fixed-delay.delay", "2 s")
+    # failure-rate, not fixed-delay: a job that runs for days survives an occasional failure
+    # (a broker restart), while a persistent one (an unwritable lake) still fails within seconds.
+    conf.set_string("restart-strategy.type", "failure-rate")
+    conf.set_string("restart-strategy.failure-rate.max-failures-per-interval", "3")
+    conf.set_string("restart-strategy.failure-rate.failure-rate-interval", "5 min")
+    conf.set_string("restart-strategy.failure-rate.delay", "2 s")
     conf.set_string("execution.checkpointing.interval", f"{config.checkpoint_interval_ms} ms")
     conf.set_string("execution.checkpointing.storage", "filesystem")
     conf.set_string("execution.checkpointing.dir", (config.work_dir / "checkpoints").absolute().as_uri())
@@ -299,7 +316,8 @@ def _build_job(config: StreamJobConfig) -> Any:
         "key.fields": "k",
         "value.format": "raw",
         "value.fields-include": "EXCEPT_KEY",
-        **{f"properties.{k}": v for k, v in config.client_options.items()},
+        # librdkafka names -> the Java client's (sasl.jaas.config, PEM truststore)
+        **{f"properties.{k}": v for k, v in java_client_properties(config.client_options).items()},
     }
     with_clause = ",\n".join(f"  {quote(k)} = {quote(v)}" for k, v in options.items())
     t_env.execute_sql(
@@ -319,6 +337,8 @@ def _build_job(config: StreamJobConfig) -> Any:
         progress_path=str(config.progress_path.absolute()),
         featurize=config.featurize,
         client_options=dict(config.client_options),
+        registry=registry,
+        incomplete_timeout_ms=round(config.incomplete_timeout_s * 1000),
     )
     stream = t_env.to_data_stream(t_env.from_path("pilake_raw"))
     (
@@ -447,6 +467,12 @@ def run_stream_job(
                 log.info("stream: max_runtime_s=%s reached, stopping", max_runtime_s)
                 break
             if until_idle and now - last_change >= idle_timeout_s:
+                incomplete = int(progress.get("incomplete", 0))
+                # Incomplete episodes live in the sink's memory only: stopping now would lose
+                # their chunks (offsets move on). Wait for their timeout to quarantine them
+                # (and keep their raw bytes); bounded in case no timer fires.
+                if incomplete and now - last_change < config.incomplete_timeout_s + idle_timeout_s + 10:
+                    continue
                 if not _caught_up(progress, ends, start_offsets):
                     if now - ends_checked_at > 10 * idle_timeout_s and status == "RUNNING":
                         log.info(

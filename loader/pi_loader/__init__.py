@@ -1,22 +1,56 @@
 """pi_loader: training samples from the lake, in a deterministic shuffled order.
 
-Light on import (no torch, pyflink or Kafka client); chdb/clickhouse-connect load only when a
-dataset is selected with SQL, Pillow only for `contact_sheet`.
+Light on import (no torch, jax, grain, pyflink or Kafka client); chdb/clickhouse-connect load
+only when a dataset is selected with SQL, Pillow only for resizing and `contact_sheet`.
 
 Example:
-    >>> from pi_loader import Dataset
-    >>> ds = Dataset("/data/lake", sql="SELECT episode_id FROM episodes", catalog="/data/catalog")
-    >>> torch.utils.data.DataLoader(ds, batch_size=8, num_workers=2)
+    >>> from pi_loader import Dataset, Loader, SampleSpec, ShardSpec
+    >>> ds = Dataset("/data/lake", sql="SELECT episode_id FROM episodes", catalog="/data/catalog",
+    ...              spec=SampleSpec(cameras=("front",), action_horizon=50), seed=3)
+    >>> loader = Loader(ds, batch_size=32, shard=ShardSpec.auto(), num_workers=2)
+    >>> for batch in loader: ...          # dicts of numpy arrays; loader.get_state() resumes
 """
 
+from pi_loader._cache import CacheConfig, StorageError
 from pi_loader._contact_sheet import contact_sheet
-from pi_loader._dataset import Dataset
-from pi_loader._errors import PiLoaderError
-from pi_loader._order import sample_order
+from pi_loader._dataset import Dataset, collate
+from pi_loader._errors import (
+    HorizonTooLongError,
+    LoaderStateError,
+    PiLoaderError,
+    ShardError,
+    SnapshotDataMissingError,
+    SnapshotError,
+    UnknownCameraError,
+    WorkerError,
+)
+from pi_loader._lake import Stats
+from pi_loader._loader import Loader, LoaderStats
+from pi_loader._order import ShardSpec, block_order, sample_order, shard_order
+from pi_loader._snapshot import Snapshot
+from pi_loader._spec import SampleSpec
 
 __all__ = [
+    "CacheConfig",
     "Dataset",
+    "HorizonTooLongError",
+    "Loader",
+    "LoaderStateError",
+    "LoaderStats",
     "PiLoaderError",
+    "SampleSpec",
+    "ShardError",
+    "ShardSpec",
+    "Snapshot",
+    "SnapshotDataMissingError",
+    "SnapshotError",
+    "Stats",
+    "StorageError",
+    "UnknownCameraError",
+    "WorkerError",
+    "block_order",
+    "collate",
     "contact_sheet",
     "sample_order",
+    "shard_order",
 ]

@@ -1,69 +1,90 @@
-"""`Dataset`: (episode, step) samples of committed episodes in a seeded, shuffled order.
+"""`Dataset`: (episode, step) samples of a pinned selection of committed episodes.
 
-Last stage of the data flow: episode ids come from the catalog (SQL) or the caller, metadata
-and per-step arrays from the Delta `episodes` and `steps` tables, frames lazily from `video`.
-The order is a pure function of (data, seed, epoch) (architecture decision 5); the Delta
-versions read are recorded in `table_versions`, which snapshots will pin.
+Last stage of the data flow: episode ids come from the catalog (SQL), a snapshot or the caller;
+per-step arrays are read once at open from the Delta `steps` table (only the files that hold the
+selected episodes), frames lazily from `video`. Opening records the Delta version of every table
+it reads (`dataset.snapshot`), so the same selection reads the same data later (decision 6).
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from pi_format.layout import LakeLayout
 
-from pi_loader._errors import PiLoaderError
+from pi_loader._cache import CacheConfig
+from pi_loader._errors import HorizonTooLongError, PiLoaderError, SnapshotError, UnknownCameraError
 from pi_loader._lake import (
     EpisodeData,
-    pinned_dataset,
+    Stats,
+    TableFiles,
+    make_storage,
+    pooled_stats,
     read_committed_episodes,
-    read_episode_data,
-    table_versions,
+    read_steps,
+    resolve_tables,
 )
 from pi_loader._order import check_seed, sample_order
+from pi_loader._snapshot import Snapshot
+from pi_loader._spec import SampleSpec
 from pi_loader._video import VideoFrames
 
 IMAGE_KEY_PREFIX = "observation.images."
-# Decoded chunks kept per process: a chunk of 10 frames at 224x224 yuv420p is ~0.75 MB, so the
-# default stays small; a shuffled order rarely revisits a chunk soon anyway.
-DEFAULT_CHUNK_CACHE = 16
-# Episodes whose video rows (encoded bytes) are kept per process, to avoid re-reading Delta.
+HISTORY_PAD_KEY = "observation.images_is_pad"
+# Decoded chunks kept per process: a chunk of 10 frames at 224x224 yuv420p is ~0.75 MB, so 64
+# chunks bound a worker's decoded video at ~48 MB while block-shuffled neighbours still hit.
+DEFAULT_CHUNK_CACHE = 64
+# Episodes whose video rows (encoded bytes, ~0.5-2 MB each) are kept per process.
 DEFAULT_EPISODE_CACHE = 32
+_STD_FLOOR = 1e-6  # a constant dimension (std 0) normalizes to 0 instead of dividing by zero
 
 
 class Dataset:
-    """Samples of (episode, step) from the lake in a seeded shuffled order.
+    """Samples of (episode, step) from the lake; map-style in a seeded shuffled order.
 
-    Picklable and thread-safe: it holds ids, per-step arrays and pinned Delta versions; file
-    handles and caches are rebuilt lazily in each process (e.g. each DataLoader worker).
+    Picklable and thread-safe: it holds ids, per-step arrays and the pinned file lists; file
+    handles and caches are rebuilt lazily in each process (e.g. each loader worker). Use
+    `pi_loader.Loader` for sharded, resumable, multi-process batches; `dataset[i]` is the i-th
+    sample of this epoch's global (unsharded) order.
 
     Args:
         lake: the lake root (a path or URI) or its LakeLayout.
         sql: ClickHouse SQL over the catalog returning an `episode_id` column; needs `catalog`.
-        episode_ids: explicit episode ids (exclusive with `sql`). With neither, every committed
-            episode of the lake is used.
-        catalog: the catalog location (a chdb path or http(s) URL); required with `sql`.
+        sql_parameters: values for `{name:Type}` placeholders in `sql`, bound by ClickHouse
+            (never paste user values into `sql`).
+        episode_ids: explicit episode ids (exclusive with `sql` and `snapshot`). With none of
+            the three, every committed episode of the lake is used.
+        snapshot: a `Snapshot` (e.g. `Snapshot.load(path)`), or the name of one stored in
+            `catalog`: reads exactly the versions and episodes it pins.
+        catalog: the catalog location (a chdb path or http(s) URL); required with `sql` or a
+            snapshot name.
+        spec: what a sample holds (`SampleSpec`); default SampleSpec().
         seed: seed of the order (int >= 0).
         epoch: epoch of the order (int >= 0); `set_epoch` changes it.
-        cameras: cameras to return (default: those every selected episode has, in the order
-            of the first episode).
-        action_horizon: actions per sample, padded at an episode's end by repeating the last.
-        chunk_cache_size: decoded video chunks kept per process.
+        cameras, action_horizon: shortcuts for the SampleSpec fields (not with `spec`).
+        storage_options: deltalake/object-store options for an s3:// lake.
+        cache: a pi_loader.CacheConfig: local disk cache for remote lake files.
+        chunk_cache_size: decoded video chunks kept per process (bounds memory).
         episode_cache_size: episodes whose encoded video rows are kept per process.
 
     Raises:
-        ValueError: bad arguments, or a camera not every episode has.
+        ValueError/TypeError: bad arguments.
+        UnknownCameraError: a camera not every selected episode has.
+        HorizonTooLongError: action_horizon longer than a selected episode.
+        SnapshotError / SnapshotDataMissingError: a snapshot that does not fit the lake, or
+            whose versions or files are gone.
         PiLoaderError: the lake lacks tables, ids or steps, or the selection is empty.
 
     Example:
         >>> ds = Dataset("/data/lake", sql="SELECT episode_id FROM episodes WHERE success",
-        ...              catalog="/data/catalog", seed=3)
+        ...              catalog="/data/catalog", spec=SampleSpec(action_horizon=50), seed=3)
         >>> sample = ds[0]
         >>> sample["observation.images.front"].shape, sample["action"].shape
-        ((224, 224, 3), (16, 7))
+        ((224, 224, 3), (50, 7))
+        >>> ds.snapshot.save("runs/exp1/snapshot.json")
     """
 
     def __init__(
@@ -71,37 +92,49 @@ class Dataset:
         lake: str | LakeLayout,
         *,
         sql: str | None = None,
+        sql_parameters: Mapping[str, object] | None = None,
         episode_ids: Sequence[str] | None = None,
+        snapshot: Snapshot | str | None = None,
         catalog: str | None = None,
+        spec: SampleSpec | None = None,
         seed: int = 0,
         epoch: int = 0,
         cameras: Sequence[str] | None = None,
-        action_horizon: int = 16,
+        action_horizon: int | None = None,
+        storage_options: Mapping[str, str] | None = None,
+        cache: CacheConfig | None = None,
         chunk_cache_size: int = DEFAULT_CHUNK_CACHE,
         episode_cache_size: int = DEFAULT_EPISODE_CACHE,
     ) -> None:
         self._layout = lake if isinstance(lake, LakeLayout) else LakeLayout(str(lake))
         self._seed = check_seed("seed", seed)
         self._epoch = check_seed("epoch", epoch)
-        if isinstance(action_horizon, bool) or not isinstance(action_horizon, int) or action_horizon < 1:
-            raise ValueError(f"action_horizon must be an int >= 1, got {action_horizon!r}")
+        spec = self._merge_spec(spec, cameras, action_horizon)
         for name, size in (
             ("chunk_cache_size", chunk_cache_size),
             ("episode_cache_size", episode_cache_size),
         ):
-            if size < 1:
-                raise ValueError(f"{name} must be >= 1, got {size}")
-        self._action_horizon = action_horizon
-        self._sql = sql
-        ids = self._resolve_ids(sql, episode_ids, catalog)
+            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
+                raise ValueError(f"{name} must be an int >= 1, got {size!r}")
+        pinned = self._resolve_snapshot(snapshot, catalog, sql, episode_ids)
+        self._sql = pinned.sql if pinned is not None else sql
+        ids = (
+            list(pinned.episode_ids)
+            if pinned is not None
+            else self._resolve_ids(sql, episode_ids, catalog, sql_parameters)
+        )
 
-        self._versions = table_versions(self._layout)
-        rows = read_committed_episodes(self._layout, self._versions, ids)
-        found = set(rows.column("episode_id").to_pylist())
+        self._storage = make_storage(self._layout.root, storage_options, cache)
+        files = resolve_tables(
+            self._layout, None if pinned is None else pinned.table_versions, storage_options
+        )
+        self._versions = {name: f.version for name, f in files.items()}
+        rows = read_committed_episodes(files["episodes"], self._storage, ids)
+        found = rows.column("episode_id").to_pylist() if rows.num_rows else []
         if ids is not None:
-            missing = [e for e in ids if e not in found]
+            missing = sorted(set(ids) - set(found))
             if missing:
-                raise PiLoaderError(
+                raise (SnapshotError if pinned is not None else PiLoaderError)(
                     f"{len(missing)} selected episode(s) are not committed in the lake at "
                     f"{self._layout.episodes} (episodes version {self._versions['episodes']}): "
                     f"{missing[:5]}{' ...' if len(missing) > 5 else ''}; is the catalog stale? "
@@ -112,25 +145,109 @@ class Dataset:
                 "the selection has no episodes"
                 + (f" (sql: {sql})" if sql else f" (lake: {self._layout.root})")
             )
-        self._episodes: tuple[EpisodeData, ...] = tuple(read_episode_data(self._layout, self._versions, rows))
-        self._cameras = self._choose_cameras(cameras)
-        # camera -> column in each episode's camera_frame_index
-        self._camera_columns = tuple(
-            tuple(ep.cameras.index(c) for c in self._cameras) for ep in self._episodes
+        attempts = rows.column("attempt_id").to_pylist()
+        if pinned is not None:
+            want = dict(zip(pinned.episode_ids, pinned.attempt_ids, strict=True))
+            changed = [e for e, a in zip(found, attempts, strict=True) if want[e] != a]
+            if changed:
+                raise SnapshotError(
+                    f"episodes {changed[:5]} have another committed attempt in the lake at the snapshot's "
+                    f"versions than the snapshot records: the snapshot belongs to another lake"
+                )
+        self._episode_ids: tuple[str, ...] = tuple(found)
+        self._attempt_ids: tuple[str, ...] = tuple(attempts)
+        self._episode_cameras = tuple(tuple(c) for c in rows.column("cameras").to_pylist())
+        self._sizes = tuple(
+            zip(rows.column("video_height").to_pylist(), rows.column("video_width").to_pylist(), strict=True)
         )
-        lengths = np.array([ep.num_steps for ep in self._episodes], np.int64)
-        self._offsets = np.concatenate([[0], np.cumsum(lengths)])
+        steps = read_steps(files["steps"], self._storage, rows)
+        self._lengths = steps.lengths
+        self._offsets = np.concatenate([[0], np.cumsum(self._lengths)]).astype(np.int64)
+        self._proprio = steps.proprio
+        self._action = steps.action
+        self._stats = {
+            "observation.state": pooled_stats(rows, "proprio"),
+            "action": pooled_stats(rows, "action"),
+        }
+
+        self._spec = spec.with_cameras(self._choose_cameras(spec.cameras))
+        self._check_spec()
+        # frame index of every step for each chosen camera, in the dataset's camera order
+        per_episode = []
+        for e, fi in enumerate(steps.frame_index):
+            columns = [self._episode_cameras[e].index(c) for c in self._cameras]
+            per_episode.append(fi[:, columns] if columns else np.zeros((fi.shape[0], 0), np.int32))
+        self._frame_index = np.ascontiguousarray(np.concatenate(per_episode).astype(np.int32, copy=False))
+        self._video_files: TableFiles = files["video"]
         self._video = VideoFrames(
-            pinned_dataset(self._layout, "video", self._versions),
+            files["video"],
+            self._storage,
             self._cameras,
+            files["video"].files_by_episode(self._episode_ids),
             chunk_cache_size=chunk_cache_size,
             episode_cache_size=episode_cache_size,
         )
+        self._snapshot = Snapshot(
+            lake_root=self._layout.root,
+            table_versions=self._versions,
+            episode_ids=self._episode_ids,
+            attempt_ids=self._attempt_ids,
+            sql=self._sql,
+            **({"created_at_ns": pinned.created_at_ns} if pinned is not None else {}),
+        )
         self._order: np.ndarray | None = None
+
+    # -- opening -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _merge_spec(
+        spec: SampleSpec | None, cameras: Sequence[str] | None, action_horizon: int | None
+    ) -> SampleSpec:
+        if spec is not None:
+            if cameras is not None or action_horizon is not None:
+                raise ValueError("pass cameras/action_horizon inside spec=SampleSpec(...), not next to it")
+            if not isinstance(spec, SampleSpec):
+                raise TypeError(f"spec must be a pi_loader.SampleSpec, got {type(spec).__name__}")
+            return spec
+        if isinstance(cameras, str):
+            raise TypeError("cameras must be a sequence of camera names, got a single str; wrap it in a list")
+        kwargs: dict[str, Any] = {}
+        if cameras is not None:
+            kwargs["cameras"] = tuple(cameras)
+        if action_horizon is not None:
+            kwargs["action_horizon"] = action_horizon
+        return SampleSpec(**kwargs)
+
+    @staticmethod
+    def _resolve_snapshot(
+        snapshot: Snapshot | str | None,
+        catalog: str | None,
+        sql: str | None,
+        episode_ids: Sequence[str] | None,
+    ) -> Snapshot | None:
+        if snapshot is None:
+            return None
+        if sql is not None or episode_ids is not None:
+            raise ValueError(
+                "pass a snapshot or sql/episode_ids, not both: the snapshot already pins the episodes"
+            )
+        if isinstance(snapshot, Snapshot):
+            return snapshot
+        if isinstance(snapshot, str):
+            if catalog is None:
+                raise ValueError(
+                    f"snapshot={snapshot!r} is a name in the catalog: pass catalog=... too, "
+                    "or load a file with snapshot=Snapshot.load(path)"
+                )
+            return Snapshot.from_catalog(catalog, snapshot)
+        raise TypeError(f"snapshot must be a Snapshot or a snapshot name, got {type(snapshot).__name__}")
 
     @staticmethod
     def _resolve_ids(
-        sql: str | None, episode_ids: Sequence[str] | None, catalog: str | None
+        sql: str | None,
+        episode_ids: Sequence[str] | None,
+        catalog: str | None,
+        sql_parameters: Mapping[str, object] | None = None,
     ) -> list[str] | None:
         if sql is not None and episode_ids is not None:
             raise ValueError("pass either sql or episode_ids, not both")
@@ -142,7 +259,7 @@ class Dataset:
                 )
             from pi_catalog import Catalog
 
-            return Catalog(catalog).episode_ids(sql)
+            return Catalog(catalog).episode_ids(sql, sql_parameters)
         if episode_ids is not None:
             if isinstance(episode_ids, str):
                 raise TypeError("episode_ids must be a sequence of ids, got a single str; wrap it in a list")
@@ -150,19 +267,38 @@ class Dataset:
         return None
 
     def _choose_cameras(self, cameras: Sequence[str] | None) -> tuple[str, ...]:
-        common = [c for c in self._episodes[0].cameras if all(c in ep.cameras for ep in self._episodes)]
+        first = self._episode_cameras[0]
+        common = [c for c in first if all(c in cams for cams in self._episode_cameras)]
         if cameras is None:
             if not common:
-                raise PiLoaderError("the selected episodes share no camera; pass cameras=[] for no images")
+                raise UnknownCameraError(
+                    "the selected episodes share no camera; pass cameras=() for samples without images"
+                )
             return tuple(common)
-        if isinstance(cameras, str):
-            raise TypeError("cameras must be a sequence of camera names, got a single str; wrap it in a list")
         unknown = [c for c in cameras if c not in common]
         if unknown:
-            raise ValueError(
+            raise UnknownCameraError(
                 f"unknown camera(s) {unknown}: the cameras available in every selected episode are {common}"
             )
-        return tuple(dict.fromkeys(cameras))
+        return tuple(cameras)
+
+    def _check_spec(self) -> None:
+        spec = self._spec
+        shortest = int(np.argmin(self._lengths))
+        if spec.action_horizon > self._lengths[shortest]:
+            raise HorizonTooLongError(
+                f"action_horizon={spec.action_horizon} is longer than episode {self._episode_ids[shortest]} "
+                f"({int(self._lengths[shortest])} steps): its samples would be mostly padding. Use a shorter "
+                f"horizon or select longer episodes (e.g. SQL `WHERE step_count >= {spec.action_horizon}`)"
+            )
+        if spec.crop is not None and self._cameras:
+            top, left, height, width = spec.crop
+            for e, (h, w) in enumerate(self._sizes):
+                if top + height > h or left + width > w:
+                    raise ValueError(
+                        f"crop={spec.crop} (top, left, height, width) does not fit episode "
+                        f"{self._episode_ids[e]}'s {h}x{w} (height x width) video"
+                    )
 
     # -- properties ------------------------------------------------------------------------
 
@@ -171,13 +307,28 @@ class Dataset:
         return self._layout
 
     @property
+    def spec(self) -> SampleSpec:
+        """The sample spec, with `cameras` resolved."""
+        return self._spec
+
+    @property
+    def snapshot(self) -> Snapshot:
+        """What this dataset reads, pinned: save it to read the same data later."""
+        return self._snapshot
+
+    @property
     def episode_ids(self) -> tuple[str, ...]:
         """The selected episodes, sorted (the order samples are numbered in before shuffling)."""
-        return tuple(ep.episode_id for ep in self._episodes)
+        return self._episode_ids
 
     @property
     def cameras(self) -> tuple[str, ...]:
         return self._cameras
+
+    @property
+    def _cameras(self) -> tuple[str, ...]:
+        cameras = self._spec.cameras
+        return cameras if cameras is not None else ()
 
     @property
     def table_versions(self) -> dict[str, int]:
@@ -194,7 +345,7 @@ class Dataset:
 
     @property
     def action_horizon(self) -> int:
-        return self._action_horizon
+        return self._spec.action_horizon
 
     @property
     def sql(self) -> str | None:
@@ -202,7 +353,18 @@ class Dataset:
 
     @property
     def episode_lengths(self) -> dict[str, int]:
-        return {ep.episode_id: ep.num_steps for ep in self._episodes}
+        return {e: int(n) for e, n in zip(self._episode_ids, self._lengths, strict=True)}
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Steps of each selected episode (int64, in `episode_ids` order)."""
+        return self._lengths.copy()
+
+    @property
+    def stats(self) -> dict[str, Stats]:
+        """Statistics of "observation.state" and "action" over the selection (pooled from the
+        per-episode statistics in the episodes table); normalization uses these."""
+        return dict(self._stats)
 
     def set_epoch(self, epoch: int) -> None:
         """Switch to another epoch's order (a different permutation of the same samples)."""
@@ -219,9 +381,9 @@ class Dataset:
     def __repr__(self) -> str:
         # Stable across processes and runs (Grain keys checkpoints on a data source's repr).
         return (
-            f"Dataset(lake={self._layout.root!r}, episodes={len(self._episodes)}, samples={len(self)}, "
-            f"versions={self._versions}, cameras={list(self._cameras)}, seed={self._seed}, "
-            f"epoch={self._epoch}, action_horizon={self._action_horizon})"
+            f"Dataset(lake={self._layout.root!r}, episodes={len(self._episode_ids)}, samples={len(self)}, "
+            f"versions={self._versions}, fingerprint={self._snapshot.fingerprint}, spec={self._spec}, "
+            f"seed={self._seed}, epoch={self._epoch})"
         )
 
     def _permutation(self) -> np.ndarray:
@@ -231,39 +393,89 @@ class Dataset:
 
     def locate(self, index: int) -> tuple[str, int]:
         """(episode_id, step) of the `index`-th sample of this epoch's order."""
-        episode, step = self._locate(index)
-        return self._episodes[episode].episode_id, step
+        e, step = self._split(self._flat(index))
+        return self._episode_ids[e], step
 
-    def _locate(self, index: int) -> tuple[int, int]:
+    def _flat(self, index: int) -> int:
         i = operator.index(index)
         n = len(self)
         if i < 0:
             i += n
         if not 0 <= i < n:
             raise IndexError(f"sample index {index} out of range for a dataset of {n} samples")
-        flat = int(self._permutation()[i])
+        return int(self._permutation()[i])
+
+    def _split(self, flat: int) -> tuple[int, int]:
         episode = int(np.searchsorted(self._offsets, flat, side="right")) - 1
         return episode, flat - int(self._offsets[episode])
 
     def __getitem__(self, index: int) -> dict[str, object]:
-        """The `index`-th sample of this epoch's order.
+        """The `index`-th sample of this epoch's order (see `sample`)."""
+        return self.sample(self._flat(index))
+
+    def sample(self, flat_index: int) -> dict[str, object]:
+        """Sample number `flat_index` in (episode_id, step) order, before any shuffling.
 
         Returns a dict: "episode_id" (str), "step" (int), "observation.images.<camera>" (uint8
-        [H, W, 3]), "observation.state" (float32 [D]), "action" (float32 [action_horizon, A]:
+        [H, W, 3], or [k+1, H, W, 3] with frame history, plus "observation.images_is_pad"
+        bool [k+1]), "observation.state" (float32 [D]), "action" (float32 [action_horizon, A]:
         the actions from this step on, padded by repeating the episode's last action) and
         "action_is_pad" (bool [action_horizon]).
         """
-        e, step = self._locate(index)
-        ep = self._episodes[e]
-        sample: dict[str, object] = {"episode_id": ep.episode_id, "step": step}
-        for camera, column in zip(self._cameras, self._camera_columns[e], strict=True):
-            frame_index = int(ep.camera_frame_index[step, column])
-            sample[IMAGE_KEY_PREFIX + camera] = self._video.frame(ep, camera, frame_index)
-        sample["observation.state"] = ep.proprio[step].copy()
-        wanted = np.arange(step, step + self._action_horizon)
-        sample["action"] = ep.action[np.minimum(wanted, ep.num_steps - 1)]
-        sample["action_is_pad"] = wanted >= ep.num_steps
+        flat = operator.index(flat_index)
+        if not 0 <= flat < len(self):
+            raise IndexError(
+                f"flat sample index {flat_index} out of range for a dataset of {len(self)} samples"
+            )
+        e, step = self._split(flat)
+        spec = self._spec
+        base, length = int(self._offsets[e]), int(self._lengths[e])
+        sample: dict[str, object] = {"episode_id": self._episode_ids[e], "step": step}
+        if self._cameras:
+            k, stride = spec.frame_history, spec.frame_stride
+            wanted_steps = step - stride * np.arange(k, -1, -1)
+            rows = base + np.maximum(wanted_steps, 0)
+            for c, camera in enumerate(self._cameras):
+                frames = [self._image(e, camera, int(f)) for f in self._frame_index[rows, c]]
+                sample[IMAGE_KEY_PREFIX + camera] = frames[0] if k == 0 else np.stack(frames)
+            if k:
+                sample[HISTORY_PAD_KEY] = wanted_steps < 0
+        sample["observation.state"] = self._normalized("observation.state", self._proprio[flat])
+        wanted = np.arange(step, step + spec.action_horizon)
+        sample["action"] = self._normalized("action", self._action[base + np.minimum(wanted, length - 1)])
+        sample["action_is_pad"] = wanted >= length
         return sample
+
+    def samples(self, flat_indices: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
+        """A batch of samples (see `sample`) stacked into arrays; "episode_id" is a str array."""
+        return collate([self.sample(int(i)) for i in flat_indices])
+
+    def _image(self, e: int, camera: str, frame_index: int) -> np.ndarray:
+        from pi_format.video import yuv420p_to_rgb
+
+        planes, height, width = self._video.frame_yuv(
+            self._episode_ids[e], self._attempt_ids[e], camera, frame_index
+        )
+        rgb = yuv420p_to_rgb(planes, height, width)
+        spec = self._spec
+        if spec.crop is not None:
+            top, left, h, w = spec.crop
+            rgb = rgb[top : top + h, left : left + w]
+        if spec.resize is not None and rgb.shape[:2] != spec.resize:
+            rgb = _resize(rgb, spec.resize)
+        return rgb
+
+    def _normalized(self, key: str, values: np.ndarray) -> np.ndarray:
+        mode = self._spec.normalize
+        if mode is None:
+            return values.copy()
+        stats = self._stats[key]
+        if mode == "mean_std":
+            out = (values - stats.mean) / np.maximum(stats.std, _STD_FLOOR)
+        else:  # min_max onto [-1, 1]
+            span = stats.max - stats.min
+            out = np.where(span > 0, 2.0 * (values - stats.min) / np.where(span > 0, span, 1.0) - 1.0, 0.0)
+        return out.astype(np.float32)
 
     def __iter__(self) -> Iterator[dict[str, object]]:
         """Every sample of this epoch once, in order."""
@@ -287,9 +499,50 @@ class Dataset:
 
     def episode(self, episode_id: str) -> EpisodeData:
         """The in-memory arrays of one selected episode."""
-        for ep in self._episodes:
-            if ep.episode_id == episode_id:
-                return ep
-        raise KeyError(
-            f"episode {episode_id!r} is not in this dataset; it has {len(self._episodes)} episodes"
+        try:
+            e = self._episode_ids.index(episode_id)
+        except ValueError:
+            raise KeyError(
+                f"episode {episode_id!r} is not in this dataset; it has {len(self._episode_ids)} episodes"
+            ) from None
+        lo, hi = int(self._offsets[e]), int(self._offsets[e + 1])
+        return EpisodeData(
+            episode_id=episode_id,
+            attempt_id=self._attempt_ids[e],
+            cameras=self._episode_cameras[e],
+            proprio=self._proprio[lo:hi],
+            action=self._action[lo:hi],
+            camera_frame_index=self._frame_index[lo:hi],
+            video_width=int(self._sizes[e][1]),
+            video_height=int(self._sizes[e][0]),
         )
+
+
+def _resize(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
+    try:
+        from PIL import Image
+    except ImportError as err:
+        raise ImportError("SampleSpec.resize needs Pillow: pip install 'pi-lake[loader]'") from err
+    height, width = size
+    return np.asarray(Image.fromarray(rgb).resize((width, height), Image.Resampling.BILINEAR))
+
+
+def collate(samples: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
+    """Stack samples into a batch: arrays gain a leading batch axis, ids become a str array.
+
+    Example:
+        >>> batch = collate([ds.sample(0), ds.sample(1)])
+        >>> batch["action"].shape  # (2, action_horizon, A)
+    """
+    if not samples:
+        raise ValueError("cannot collate an empty list of samples")
+    out: dict[str, np.ndarray] = {}
+    for key in samples[0]:
+        values = [s[key] for s in samples]
+        if key == "episode_id":
+            out[key] = np.array(values, dtype=np.str_)
+        elif key == "step":
+            out[key] = np.array(values, dtype=np.int32)  # int32: what JAX keeps without x64
+        else:
+            out[key] = np.stack([np.asarray(v) for v in values])
+    return out

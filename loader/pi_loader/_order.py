@@ -1,8 +1,20 @@
-"""The sample order: a pure function of (number of samples, seed, epoch), never the global RNG."""
+"""The sample order: a pure function of (sample layout, seed, epoch, shard index, shard count).
+
+Architecture decision 5. Nothing here reads the global RNG, the number of worker processes or
+the clock, so any host computes the same order for the same arguments.
+"""
 
 from __future__ import annotations
 
+import sys
+from dataclasses import dataclass
+
 import numpy as np
+
+from pi_loader._errors import ShardError
+
+# Spawns a different stream than the global shuffle for the same (seed, epoch).
+_BLOCK_STREAM = 1
 
 
 def sample_order(num_samples: int, *, seed: int, epoch: int) -> np.ndarray:
@@ -15,6 +27,132 @@ def sample_order(num_samples: int, *, seed: int, epoch: int) -> np.ndarray:
         raise ValueError(f"num_samples must be >= 0, got {num_samples}")
     rng = np.random.default_rng(np.random.SeedSequence([seed, epoch]))
     return rng.permutation(num_samples).astype(np.int64)
+
+
+def block_order(episode_lengths: np.ndarray, *, block_size: int, seed: int, epoch: int) -> np.ndarray:
+    """A permutation of the samples that keeps runs of up to `block_size` neighbouring steps of
+    one episode together: blocks are shuffled, and samples inside a block are shuffled.
+
+    Example:
+        >>> block_order(np.array([5, 3]), block_size=2, seed=0, epoch=0)  # blocks of <= 2 steps
+    """
+    if block_size < 1:
+        raise ValueError(f"block_size must be >= 1, got {block_size}")
+    lengths = np.asarray(episode_lengths, np.int64)
+    n = int(lengths.sum())
+    offsets = np.concatenate([[0], np.cumsum(lengths)[:-1]]).astype(np.int64)
+    # step of every flat sample inside its episode, then its block number
+    episode_of = np.repeat(np.arange(len(lengths)), lengths)
+    step = np.arange(n, dtype=np.int64) - offsets[episode_of]
+    blocks_per_episode = -(-lengths // block_size)
+    block_base = np.concatenate([[0], np.cumsum(blocks_per_episode)[:-1]]).astype(np.int64)
+    block_of = block_base[episode_of] + step // block_size
+    num_blocks = int(blocks_per_episode.sum())
+    rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, _BLOCK_STREAM]))
+    block_rank = np.empty(num_blocks, np.int64)
+    block_rank[rng.permutation(num_blocks)] = np.arange(num_blocks)
+    inside = rng.random(n)
+    return np.lexsort((inside, block_rank[block_of])).astype(np.int64)
+
+
+def shard_positions(num_samples: int, *, shard_index: int, shard_count: int, drop_remainder: bool) -> slice:
+    """The slice of an epoch's order (length `num_samples`, padded cyclically when not dropping)
+    that shard `shard_index` reads: contiguous, so block-shuffled runs stay on one host.
+
+    Every shard gets the same count: ceil(n / k) with padding (the first few samples of the
+    order repeat, fewer than k of them), or floor(n / k) with `drop_remainder`.
+    """
+    check_shard(shard_index, shard_count)
+    per_shard = num_samples // shard_count if drop_remainder else -(-num_samples // shard_count)
+    if per_shard == 0:
+        raise ShardError(
+            f"{num_samples} samples cannot give each of {shard_count} shards a sample"
+            + (
+                " with drop_remainder=True; use fewer shards or drop_remainder=False"
+                if drop_remainder
+                else ""
+            )
+        )
+    return slice(shard_index * per_shard, (shard_index + 1) * per_shard)
+
+
+def shard_order(order: np.ndarray, *, shard_index: int, shard_count: int, drop_remainder: bool) -> np.ndarray:
+    """Shard `shard_index` of `order` (see `shard_positions`).
+
+    Example:
+        >>> shard_order(np.arange(10), shard_index=1, shard_count=3, drop_remainder=False).tolist()
+        [4, 5, 6, 7]
+    """
+    where = shard_positions(
+        len(order), shard_index=shard_index, shard_count=shard_count, drop_remainder=drop_remainder
+    )
+    stop = int(where.stop)
+    padded = order if stop <= len(order) else np.resize(order, stop)
+    return np.ascontiguousarray(padded[where])
+
+
+def check_shard(shard_index: object, shard_count: object) -> None:
+    for name, value in (("shard_index", shard_index), ("shard_count", shard_count)):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
+            raise ShardError(f"{name} must be an int, got {value!r}")
+    if not isinstance(shard_index, int | np.integer) or not isinstance(shard_count, int | np.integer):
+        return  # unreachable: narrows the types for mypy
+    if shard_count < 1:
+        raise ShardError(f"shard_count must be >= 1, got {shard_count}")
+    if not 0 <= shard_index < shard_count:
+        raise ShardError(
+            f"shard_index must be in [0, {shard_count - 1}] for shard_count={shard_count}, got {shard_index}"
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class ShardSpec:
+    """Which part of every epoch this host reads: shard `index` of `count` equal parts.
+
+    Example:
+        >>> ShardSpec(index=0, count=8)
+        >>> ShardSpec.from_jax()        # jax.process_index() of jax.process_count()
+        >>> ShardSpec.from_torch()      # torch.distributed rank of world size
+    """
+
+    index: int = 0
+    count: int = 1
+
+    def __post_init__(self) -> None:
+        check_shard(self.index, self.count)
+
+    @classmethod
+    def from_jax(cls) -> ShardSpec:
+        """This JAX process's shard (one shard per host process)."""
+        try:
+            import jax
+        except ImportError as err:
+            raise ImportError("ShardSpec.from_jax needs jax: pip install 'pi-lake[jax]'") from err
+        return cls(index=int(jax.process_index()), count=int(jax.process_count()))
+
+    @classmethod
+    def from_torch(cls) -> ShardSpec:
+        """This torch.distributed rank's shard; the process group must be initialized."""
+        try:
+            import torch.distributed as dist
+        except ImportError as err:
+            raise ImportError("ShardSpec.from_torch needs torch: pip install 'pi-lake[torch]'") from err
+        if not (dist.is_available() and dist.is_initialized()):
+            raise ShardError(
+                "torch.distributed is not initialized: call torch.distributed.init_process_group first, "
+                "or pass ShardSpec(index=..., count=...)"
+            )
+        return cls(index=int(dist.get_rank()), count=int(dist.get_world_size()))
+
+    @classmethod
+    def auto(cls) -> ShardSpec:
+        """torch.distributed when it is initialized, else JAX when it is imported, else (0, 1)."""
+        dist = sys.modules.get("torch.distributed")
+        if dist is not None and dist.is_available() and dist.is_initialized():
+            return cls.from_torch()
+        if "jax" in sys.modules:
+            return cls.from_jax()
+        return cls()
 
 
 def check_seed(name: str, value: object) -> int:

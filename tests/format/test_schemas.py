@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 
 import pyarrow as pa
 import pytest
@@ -19,7 +20,7 @@ from pi_format import (
 
 
 def test_table_names() -> None:
-    assert set(TABLE_SCHEMAS) == {"raw", "episodes", "steps", "video", "quarantine"}
+    assert set(TABLE_SCHEMAS) == {"raw", "episodes", "steps", "video", "quarantine", "quarantine_releases"}
     assert TABLE_SCHEMAS["episodes"] is EPISODES_SCHEMA
 
 
@@ -73,6 +74,7 @@ def test_nullable_columns_are_the_documented_ones() -> None:
         "steps": [],
         "video": [],
         "quarantine": ["episode_id"],
+        "quarantine_releases": [],
     }
 
 
@@ -87,16 +89,24 @@ def test_quarantine_reason_values_are_stable() -> None:
     assert {r.value for r in QuarantineReason} == {
         "bad_magic", "unsupported_version", "truncated", "oversize", "bad_header", "chunk_checksum",
         "stream_checksum", "count_mismatch", "duplicate_conflict", "key_mismatch", "bad_metadata",
-        "bad_video", "bad_values", "incomplete_timeout",
+        "bad_video", "bad_values", "bad_timestamps", "bad_rate", "unknown_robot_type", "out_of_range",
+        "incomplete_timeout",
     }
+
+
+def test_spec_documents_every_quarantine_reason() -> None:
+    # SPEC.md section 6 is the reference for other implementations: one table row per reason.
+    spec = (Path(__file__).parents[2] / "format" / "SPEC.md").read_text()
+    section = spec.split("## 6. Quarantine reasons", 1)[1].split("\n## ", 1)[0]
+    documented = {line.split("`")[1] for line in section.splitlines() if line.startswith("| `")}
+    assert documented == {r.value for r in QuarantineReason}
 
 
 def test_layout_local(tmp_path: object) -> None:
     lake = LakeLayout("/data/lake/")
     assert lake.root == "/data/lake"
-    assert (lake.raw, lake.episodes, lake.steps, lake.video, lake.quarantine) == tuple(
-        f"/data/lake/{t}" for t in ("raw", "episodes", "steps", "video", "quarantine")
-    )
+    names = ("raw", "episodes", "steps", "video", "quarantine", "quarantine_releases")
+    assert tuple(getattr(lake, n) for n in names) == tuple(f"/data/lake/{t}" for t in names)
     assert lake.is_local
     assert LakeLayout("rel/lake").root == os.path.abspath("rel/lake")
 

@@ -68,7 +68,7 @@ def test_mark_sent_and_confirm(tmp_path: Path) -> None:
         spool.mark_sent("ep-1", 3_000)
     with pytest.raises(KeyError, match="ep-1"):
         spool.messages("ep-1")
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep-2.json", "ep-2.piep"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ep-2.json", "ep-2.piep", "ledger.jsonl"]
 
 
 def test_entries_sorted_by_spool_time(tmp_path: Path) -> None:

@@ -10,12 +10,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 from pi_catalog import Catalog
-from pi_loader import Dataset, PiLoaderError, contact_sheet, sample_order
+from pi_loader import Dataset, PiLoaderError, UnknownCameraError, contact_sheet, sample_order
 
 from tests.fixtures.lake_factory import GARBAGE_ATTEMPT, UNCOMMITTED_EPISODE, FakeLake, write_lake
 
 CAMERAS = ("front", "wrist")
 STEPS = 7
+H = 4  # action horizon: the fixture's episodes are short
 SIZE = (48, 32)  # width, height: not square, so a swapped axis shows
 
 
@@ -46,10 +47,10 @@ def _keys(ds: Dataset) -> list[tuple[str, int]]:
 
 
 def test_same_seed_same_order_other_seed_or_epoch_differs(lake: FakeLake) -> None:
-    a = Dataset(lake.layout, seed=7)
-    b = Dataset(lake.layout.root, seed=7)
+    a = Dataset(lake.layout, seed=7, action_horizon=H)
+    b = Dataset(lake.layout.root, seed=7, action_horizon=H)
     assert _keys(a) == _keys(b)
-    other_seed = _keys(Dataset(lake.layout, seed=8))
+    other_seed = _keys(Dataset(lake.layout, seed=8, action_horizon=H))
     assert other_seed != _keys(a)
     first = _keys(a)
     a.set_epoch(1)
@@ -65,7 +66,7 @@ def test_same_seed_same_order_other_seed_or_epoch_differs(lake: FakeLake) -> Non
 
 
 def test_every_sample_exactly_once_per_epoch(lake: FakeLake) -> None:
-    ds = Dataset(lake.layout, seed=3, epoch=2, cameras=[])
+    ds = Dataset(lake.layout, seed=3, epoch=2, cameras=[], action_horizon=H)
     expected = sorted((e, s) for e in lake.episode_ids for s in range(STEPS))
     assert len(ds) == len(expected)
     seen = [(s["episode_id"], s["step"]) for s in ds]
@@ -77,7 +78,7 @@ def test_every_sample_exactly_once_per_epoch(lake: FakeLake) -> None:
 
 
 def test_garbage_attempt_is_invisible(lake: FakeLake) -> None:
-    ds = Dataset(lake.layout)
+    ds = Dataset(lake.layout, action_horizon=H)
     assert ds.episode_ids == tuple(lake.episode_ids)
     assert UNCOMMITTED_EPISODE not in ds.episode_ids
     assert all(ds.episode(e).attempt_id != GARBAGE_ATTEMPT for e in ds.episode_ids)
@@ -85,11 +86,11 @@ def test_garbage_attempt_is_invisible(lake: FakeLake) -> None:
         ep = lake.episodes[str(sample["episode_id"])]
         np.testing.assert_array_equal(_arr(sample, "observation.state"), ep.proprio[_step(sample)])
     with pytest.raises(PiLoaderError, match="not committed"):
-        Dataset(lake.layout, episode_ids=[UNCOMMITTED_EPISODE])
+        Dataset(lake.layout, episode_ids=[UNCOMMITTED_EPISODE], action_horizon=H)
 
 
 def test_frames_match_the_factory_frames(lake: FakeLake) -> None:
-    ds = Dataset(lake.layout, seed=1)
+    ds = Dataset(lake.layout, seed=1, action_horizon=H)
     assert ds.cameras == CAMERAS
     for sample in ds:
         ep = lake.episodes[str(sample["episode_id"])]
@@ -133,19 +134,19 @@ def test_state_action_padding_and_mask(lake: FakeLake) -> None:
 
 
 def test_argument_errors(lake: FakeLake) -> None:
-    with pytest.raises(ValueError, match=r"unknown camera\(s\) \['top'\].*\['front', 'wrist'\]"):
-        Dataset(lake.layout, cameras=["top"])
+    with pytest.raises(UnknownCameraError, match=r"unknown camera\(s\) \['top'\].*\['front', 'wrist'\]"):
+        Dataset(lake.layout, cameras=["top"], action_horizon=H)
     with pytest.raises(ValueError, match="catalog is required with sql"):
-        Dataset(lake.layout, sql="SELECT episode_id FROM episodes")
+        Dataset(lake.layout, sql="SELECT episode_id FROM episodes", action_horizon=H)
     with pytest.raises(ValueError, match="either sql or episode_ids"):
-        Dataset(lake.layout, sql="SELECT 1", episode_ids=["a"], catalog="/tmp/c")
+        Dataset(lake.layout, sql="SELECT 1", episode_ids=["a"], catalog="/tmp/c", action_horizon=H)
     with pytest.raises(ValueError, match="seed must be >= 0"):
-        Dataset(lake.layout, seed=-1)
+        Dataset(lake.layout, seed=-1, action_horizon=H)
     with pytest.raises(ValueError, match="action_horizon"):
         Dataset(lake.layout, action_horizon=0)
     with pytest.raises(TypeError, match="single str"):
-        Dataset(lake.layout, episode_ids="ep-000")
-    ds = Dataset(lake.layout, cameras=[])
+        Dataset(lake.layout, episode_ids="ep-000", action_horizon=H)
+    ds = Dataset(lake.layout, cameras=[], action_horizon=H)
     with pytest.raises(ValueError, match="epoch must be >= 0"):
         ds.set_epoch(-1)
 
@@ -163,14 +164,28 @@ def test_selection_by_sql_through_the_catalog(lake: FakeLake, tmp_path: Path) ->
         sql="SELECT episode_id FROM episodes WHERE robot_id = 'robot-0'",
         catalog=catalog.location,
         cameras=["front"],
+        action_horizon=H,
     )
     assert ds.episode_ids == ("ep-000", "ep-002")
     assert ds.sql is not None
     assert set(ds.table_versions) == {"episodes", "steps", "video"}
 
 
+def test_sql_parameters_are_bound_not_pasted(lake: FakeLake, tmp_path: Path) -> None:
+    catalog = Catalog(str(tmp_path / "catalog"))
+    catalog.rebuild_from_lake(lake.layout)
+    sql = "SELECT episode_id FROM episodes WHERE robot_id = {robot:String}"
+    ds = Dataset(
+        lake.layout, sql=sql, sql_parameters={"robot": "robot-0"}, catalog=catalog.location, action_horizon=H
+    )
+    assert ds.episode_ids == ("ep-000", "ep-002")
+    hostile = "robot-0' OR '1'='1"
+    with pytest.raises(PiLoaderError):  # no rows match the literal string: nothing to load
+        Dataset(lake.layout, sql=sql, sql_parameters={"robot": hostile}, catalog=catalog.location)
+
+
 def test_pickles_without_handles_and_gives_the_same_samples(lake: FakeLake) -> None:
-    ds = Dataset(lake.layout, seed=5)
+    ds = Dataset(lake.layout, seed=5, action_horizon=H)
     before = ds[0]
     clone = pickle.loads(pickle.dumps(ds))
     after = clone[0]
@@ -206,7 +221,7 @@ def test_torch_dataloader_with_two_workers_matches_direct_indexing(lake: FakeLak
 def test_contact_sheet_writes_a_png(lake: FakeLake, tmp_path: Path) -> None:
     from PIL import Image
 
-    ds = Dataset(lake.layout)
+    ds = Dataset(lake.layout, action_horizon=H)
     samples = [ds[i] for i in range(3)]
     out = contact_sheet(samples, tmp_path / "sheets" / "sheet.png")
     assert out.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"

@@ -1,0 +1,413 @@
+"""`Loader`: sharded, resumable batches of a Dataset, read and decoded by worker processes.
+
+The order of samples is a pure function of (snapshot, seed, epoch, shard index, shard count)
+(architecture decision 5): the main process computes it and cuts it into batches; batch b goes to
+worker b % num_workers and comes back in order, so the number of workers changes speed, never
+the batches. At most `prefetch_batches` batches are in flight, which with the workers' decoded-
+chunk LRUs bounds memory. The state (`get_state`) counts only the batches handed out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from pi_loader._dataset import Dataset
+from pi_loader._errors import LoaderStateError, PiLoaderError, WorkerError
+from pi_loader._order import ShardSpec, block_order, check_seed, sample_order, shard_order
+
+STATE_FORMAT = "pi_loader.loader_state/1"
+# How often the main process checks that workers are alive while it waits for a batch.
+_POLL_S = 1.0
+
+
+@dataclass(frozen=True, slots=True)
+class LoaderStats:
+    """Counters of what the loader handed out and what its readers did for it.
+
+    `chunk_decodes / samples` is the locality figure: with a global shuffle nearly every sample
+    decodes a fresh chunk per camera; block shuffle lowers it towards 1/block_size.
+    """
+
+    samples: int
+    batches: int
+    chunk_decodes: int
+    video_reads: int
+
+    @property
+    def decoded_chunks_per_sample(self) -> float:
+        return self.chunk_decodes / self.samples if self.samples else 0.0
+
+
+def _counters(dataset: Dataset) -> tuple[int, int]:
+    stats = dataset.video_stats
+    return stats["chunk_decodes"], stats["video_reads"]
+
+
+def _worker_main(dataset: Dataset, tasks: Any, results: Any) -> None:
+    # Runs in a worker process: build batches until told to stop (None).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    parent = os.getppid()
+    while True:
+        try:
+            task = tasks.get(timeout=_POLL_S)
+        except queue.Empty:
+            if os.getppid() != parent:  # the main process died (e.g. SIGKILL): do not linger
+                return
+            continue
+        if task is None:
+            return
+        generation, batch_number, indices = task
+        before = _counters(dataset)
+        try:
+            batch = dataset.samples(indices)
+            after = _counters(dataset)
+            results.put((generation, batch_number, batch, (after[0] - before[0], after[1] - before[1]), None))
+        except BaseException as err:  # sent to the main process, which raises it
+            try:
+                results.put((generation, batch_number, None, (0, 0), err))
+            except Exception:
+                results.put((generation, batch_number, None, (0, 0), WorkerError(traceback.format_exc())))
+
+
+class Loader:
+    """Batches (dicts of numpy arrays) of this host's shard of a Dataset, epoch after epoch.
+
+    `iter(loader)` yields the rest of the current epoch from the saved position; when an epoch
+    is exhausted the loader moves to the next one (a new permutation). `get_state()` after any
+    batch returns a small JSON-serializable dict; `set_state(state)` on a loader over the same
+    data (same snapshot) continues with exactly the batches that would have come next, in
+    any process.
+
+    Args:
+        dataset: the Dataset (its seed, and its epoch as the start epoch, are used).
+        batch_size: samples per batch.
+        shard: this host's ShardSpec (default: ShardSpec.auto(), from torch.distributed or JAX).
+        num_workers: reader/decoder processes; 0 builds batches in the calling thread. The
+            order never depends on it.
+        prefetch_batches: batches in flight at most (>= 1; memory ~ this x batch bytes).
+        block_size: None for a global shuffle of all samples each epoch; an int b for block
+            shuffle: runs of up to b consecutive steps of one episode are kept together (shuffled
+            inside), and the runs are shuffled. Neighbouring steps share video chunks, so block
+            shuffle decodes up to ~b x fewer chunks per sample, at the price of batches whose
+            samples are correlated (b samples from one episode instead of b episodes). Measure
+            it with `stats().decoded_chunks_per_sample`.
+        drop_last: drop an epoch's last batch when it is short.
+        drop_remainder: when the samples do not split evenly into shards: False pads every shard
+            to ceil(n / k) samples by repeating the first few (< k) samples of the epoch's
+            order; True gives floor(n / k) and skips the rest (different ones each epoch).
+        mp_context: multiprocessing start method for workers ("spawn" is safe everywhere;
+            "fork" starts faster, 0.4 s instead of 1.5 s to the first batch with 2 workers here,
+            and is safe for pi_loader itself since workers never call deltalake, but not once
+            JAX or CUDA run threads in the main process).
+
+    Raises:
+        ShardError: a bad shard, or too few samples for the shards.
+        ValueError: other bad arguments.
+
+    Example:
+        >>> loader = Loader(ds, batch_size=32, shard=ShardSpec(index=0, count=4), num_workers=2)
+        >>> for step, batch in enumerate(loader):
+        ...     if step == 100:
+        ...         json.dump(loader.get_state(), open("state.json", "w"))
+        >>> resumed = Loader(ds, batch_size=32, shard=ShardSpec(index=0, count=4), num_workers=2)
+        >>> resumed.set_state(json.load(open("state.json")))  # continues at batch 101
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        batch_size: int,
+        shard: ShardSpec | None = None,
+        shard_index: int | None = None,
+        shard_count: int | None = None,
+        num_workers: int = 0,
+        prefetch_batches: int = 4,
+        block_size: int | None = None,
+        drop_last: bool = False,
+        drop_remainder: bool = False,
+        mp_context: str = "spawn",
+    ) -> None:
+        if not isinstance(dataset, Dataset):
+            raise TypeError(f"dataset must be a pi_loader.Dataset, got {type(dataset).__name__}")
+        for name, value, low in (
+            ("batch_size", batch_size, 1),
+            ("num_workers", num_workers, 0),
+            ("prefetch_batches", prefetch_batches, 1),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or value < low:
+                raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+        if block_size is not None and (
+            isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1
+        ):
+            raise ValueError(f"block_size must be None (global shuffle) or an int >= 1, got {block_size!r}")
+        if shard is not None and (shard_index is not None or shard_count is not None):
+            raise ValueError("pass shard=ShardSpec(...) or shard_index/shard_count, not both")
+        if shard is None:
+            if (shard_index is None) != (shard_count is None):
+                raise ValueError("pass shard_index and shard_count together")
+            shard = (
+                ShardSpec.auto()
+                if shard_index is None or shard_count is None
+                else ShardSpec(index=shard_index, count=shard_count)
+            )
+        if mp_context not in multiprocessing.get_all_start_methods():
+            raise ValueError(
+                f"mp_context must be one of {multiprocessing.get_all_start_methods()}, got {mp_context!r}"
+            )
+        self._dataset = dataset
+        self._shard = shard
+        self._batch_size = batch_size
+        self._num_workers = num_workers
+        self._prefetch = prefetch_batches
+        self._block_size = block_size
+        self._drop_last = bool(drop_last)
+        self._drop_remainder = bool(drop_remainder)
+        self._mp_context = mp_context
+        self._epoch = dataset.epoch
+        self._position = 0  # samples of this epoch's shard already handed out
+        self._order_cache: tuple[int, np.ndarray] | None = None
+        self._workers: list[Any] = []
+        self._tasks: list[Any] = []
+        self._results: Any = None
+        self._generation = 0
+        self._samples = 0
+        self._batches = 0
+        self._chunk_decodes = 0
+        self._video_reads = 0
+        # shard size is checked now, so a bad shard fails at construction
+        self._epoch_order(self._epoch)
+
+    # -- order -----------------------------------------------------------------------------
+
+    def _epoch_order(self, epoch: int) -> np.ndarray:
+        if self._order_cache is None or self._order_cache[0] != epoch:
+            ds = self._dataset
+            if self._block_size is None:
+                order = sample_order(len(ds), seed=ds.seed, epoch=epoch)
+            else:
+                order = block_order(ds.lengths, block_size=self._block_size, seed=ds.seed, epoch=epoch)
+            mine = shard_order(
+                order,
+                shard_index=self._shard.index,
+                shard_count=self._shard.count,
+                drop_remainder=self._drop_remainder,
+            )
+            self._order_cache = (epoch, mine)
+        return self._order_cache[1]
+
+    def epoch_indices(self, epoch: int) -> np.ndarray:
+        """Flat sample indices (see `Dataset.sample`) of this shard for `epoch`, in order."""
+        return self._epoch_order(check_seed("epoch", epoch)).copy()
+
+    @property
+    def samples_per_epoch(self) -> int:
+        """Samples this shard yields per epoch (before drop_last)."""
+        return len(self._epoch_order(self._epoch))
+
+    @property
+    def batches_per_epoch(self) -> int:
+        n = self.samples_per_epoch
+        return n // self._batch_size if self._drop_last else -(-n // self._batch_size)
+
+    @property
+    def epoch(self) -> int:
+        return self._epoch
+
+    @property
+    def dataset(self) -> Dataset:
+        return self._dataset
+
+    @property
+    def shard(self) -> ShardSpec:
+        return self._shard
+
+    def set_epoch(self, epoch: int) -> None:
+        """Start `epoch` from its beginning at the next iteration."""
+        self._epoch = check_seed("epoch", epoch)
+        self._position = 0
+
+    # -- state -----------------------------------------------------------------------------
+
+    def get_state(self) -> dict[str, Any]:
+        """Where the loader stands: JSON-serializable, small, valid in any process."""
+        return {
+            "format": STATE_FORMAT,
+            "fingerprint": self._dataset.snapshot.fingerprint,
+            "seed": self._dataset.seed,
+            "epoch": self._epoch,
+            "position": self._position,
+            "shard_index": self._shard.index,
+            "shard_count": self._shard.count,
+            "block_size": self._block_size,
+            "drop_remainder": self._drop_remainder,
+        }
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Continue from a `get_state()` taken on a loader over the same data and options.
+
+        Raises:
+            LoaderStateError: the state is from other data, seed, sharding or shuffle mode.
+        """
+        if not isinstance(state, dict) or state.get("format") != STATE_FORMAT:
+            raise LoaderStateError(f"not a pi_loader loader state (format {STATE_FORMAT!r}): {state!r}")
+        mine = self.get_state()
+        for key in ("fingerprint", "seed", "shard_index", "shard_count", "block_size", "drop_remainder"):
+            if state.get(key) != mine[key]:
+                raise LoaderStateError(
+                    f"the state's {key}={state.get(key)!r} differs from this loader's {mine[key]!r}: "
+                    "it belongs to another dataset snapshot, seed, sharding or shuffle mode"
+                )
+        epoch, position = state.get("epoch"), state.get("position")
+        if not isinstance(epoch, int) or epoch < 0 or not isinstance(position, int) or position < 0:
+            raise LoaderStateError(
+                f"the state's epoch/position must be ints >= 0, got {epoch!r}/{position!r}"
+            )
+        if position > len(self._epoch_order(epoch)):
+            raise LoaderStateError(
+                f"position {position} is past the epoch's {len(self._epoch_order(epoch))} samples"
+            )
+        self._epoch, self._position = epoch, position
+
+    # Aliases with the names the issue uses.
+    state = get_state
+    restore = set_state
+
+    def stats(self) -> LoaderStats:
+        """What was handed out since construction, and the chunk decodes and video reads it took."""
+        return LoaderStats(
+            samples=self._samples,
+            batches=self._batches,
+            chunk_decodes=self._chunk_decodes,
+            video_reads=self._video_reads,
+        )
+
+    # -- iteration -------------------------------------------------------------------------
+
+    def _batches_left(self) -> list[tuple[int, np.ndarray]]:
+        order = self._epoch_order(self._epoch)
+        out = []
+        start = self._position
+        while start < len(order):
+            indices = order[start : start + self._batch_size]
+            if len(indices) < self._batch_size and self._drop_last:
+                break
+            out.append((start + len(indices), indices))
+            start += len(indices)
+        return out
+
+    def _advance(self, end: int, size: int) -> None:
+        self._position = end
+        self._samples += size
+        self._batches += 1
+
+    def _finish_epoch(self) -> None:
+        self._epoch += 1
+        self._position = 0
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        work = self._batches_left()
+        if self._num_workers == 0:
+            for end, indices in work:
+                before = _counters(self._dataset)
+                batch = self._dataset.samples(indices)
+                after = _counters(self._dataset)
+                self._chunk_decodes += after[0] - before[0]
+                self._video_reads += after[1] - before[1]
+                self._advance(end, len(indices))
+                yield batch
+        else:
+            yield from self._iter_workers(work)
+        self._finish_epoch()
+
+    def _start_workers(self) -> None:
+        if self._workers:
+            return
+        ctx: Any = multiprocessing.get_context(self._mp_context)
+        self._results = ctx.Queue()
+        for w in range(self._num_workers):
+            tasks = ctx.Queue()
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(self._dataset, tasks, self._results),
+                name=f"pi_loader-worker-{w}",
+                daemon=True,
+            )
+            proc.start()
+            self._workers.append(proc)
+            self._tasks.append(tasks)
+
+    def _iter_workers(self, work: list[tuple[int, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
+        self._start_workers()
+        self._generation += 1
+        generation = self._generation
+        done: dict[int, tuple[dict[str, np.ndarray], tuple[int, int]]] = {}
+        sent = 0
+        for b in range(len(work)):
+            while sent < len(work) and sent < b + self._prefetch:
+                self._tasks[sent % self._num_workers].put((generation, sent, work[sent][1]))
+                sent += 1
+            while b not in done:
+                self._receive(generation, done)
+            batch, (decodes, reads) = done.pop(b)
+            self._chunk_decodes += decodes
+            self._video_reads += reads
+            self._advance(work[b][0], len(work[b][1]))
+            yield batch
+
+    def _receive(self, generation: int, done: dict[int, Any]) -> None:
+        try:
+            gen, number, batch, counters, err = self._results.get(timeout=_POLL_S)
+        except queue.Empty:
+            dead = [p for p in self._workers if not p.is_alive()]
+            if dead:
+                codes = {p.name: p.exitcode for p in dead}
+                self.close()
+                raise WorkerError(
+                    f"loader worker(s) died: {codes}; a negative code is the signal that "
+                    "killed it (-9: out of memory?)"
+                ) from None
+            return
+        if gen != generation:
+            return  # a batch of an iteration that was abandoned
+        if err is not None:
+            self.close()
+            if isinstance(err, PiLoaderError | ValueError | KeyError | IndexError):
+                raise err
+            raise WorkerError(f"loader worker failed on batch {number}: {err!r}") from err
+        done[number] = (batch, counters)
+
+    def close(self) -> None:
+        """Stop the worker processes (they are started again by the next iteration)."""
+        for tasks in self._tasks:
+            with contextlib.suppress(OSError, ValueError):
+                tasks.put(None)
+        for proc in self._workers:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+        for q in [*self._tasks, self._results]:
+            if q is not None:
+                q.cancel_join_thread()
+                q.close()
+        self._workers, self._tasks, self._results = [], [], None
+
+    def __enter__(self) -> Loader:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        with contextlib.suppress(Exception):
+            self.close()

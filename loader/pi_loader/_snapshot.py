@@ -1,0 +1,160 @@
+"""`Snapshot`: the pinned identity of a dataset (architecture decision 6).
+
+A snapshot is the Delta version of every table a dataset reads, the (episode, attempt) pairs it
+selected and the SQL that selected them. Opening a `Dataset` from a snapshot reads exactly the
+same data later, whatever was committed since. Snapshots are saved as JSON files or under a
+name in the catalog's `dataset_snapshots` table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pi_loader._errors import SnapshotError
+
+SNAPSHOT_FORMAT = "pi_loader.snapshot/1"
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    """Pinned table versions plus the selected episodes; JSON-serializable and immutable.
+
+    Args:
+        lake_root: the lake the snapshot was taken on (informational: a Dataset may open it on
+            a moved copy of the lake).
+        table_versions: Delta version of "episodes", "steps" and "video".
+        episode_ids: selected episodes, sorted.
+        attempt_ids: the committed attempt of each episode (same order).
+        sql: the catalog query that selected the episodes, or None.
+        created_at_ns: when the snapshot was taken (wall clock, ns since the epoch).
+
+    Example:
+        >>> snap = Dataset("/data/lake", sql="SELECT episode_id FROM episodes", catalog=cat).snapshot
+        >>> snap.save("runs/exp1/snapshot.json")
+        >>> Dataset("/data/lake", snapshot=Snapshot.load("runs/exp1/snapshot.json"))
+    """
+
+    lake_root: str
+    table_versions: Mapping[str, int]
+    episode_ids: tuple[str, ...]
+    attempt_ids: tuple[str, ...]
+    sql: str | None = None
+    created_at_ns: int = field(default_factory=time.time_ns)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "table_versions", {str(k): int(v) for k, v in self.table_versions.items()})
+        object.__setattr__(self, "episode_ids", tuple(str(e) for e in self.episode_ids))
+        object.__setattr__(self, "attempt_ids", tuple(str(a) for a in self.attempt_ids))
+        if len(self.episode_ids) != len(self.attempt_ids):
+            raise SnapshotError(
+                f"a snapshot needs one attempt_id per episode_id, got {len(self.episode_ids)} episodes "
+                f"and {len(self.attempt_ids)} attempts"
+            )
+        if any(v < 0 for v in self.table_versions.values()):
+            raise SnapshotError(f"table versions must be >= 0, got {dict(self.table_versions)}")
+
+    @property
+    def fingerprint(self) -> str:
+        """A short hash of what the snapshot pins (versions and episode/attempt pairs): equal
+        fingerprints mean equal data. Used to check that an iterator state fits a dataset."""
+        digest = hashlib.sha256()
+        digest.update(json.dumps(sorted(self.table_versions.items())).encode())
+        for e, a in zip(self.episode_ids, self.attempt_ids, strict=True):
+            digest.update(f"{e}\x1f{a}\x1e".encode())
+        return digest.hexdigest()[:16]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "format": SNAPSHOT_FORMAT,
+            "lake_root": self.lake_root,
+            "table_versions": dict(self.table_versions),
+            "sql": self.sql,
+            "created_at_ns": self.created_at_ns,
+            "episode_ids": list(self.episode_ids),
+            "attempt_ids": list(self.attempt_ids),
+        }
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), sort_keys=True)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> Snapshot:
+        if data.get("format") != SNAPSHOT_FORMAT:
+            raise SnapshotError(
+                f"not a pi_loader snapshot: format is {data.get('format')!r}, expected {SNAPSHOT_FORMAT!r}"
+            )
+        try:
+            return cls(
+                lake_root=str(data["lake_root"]),
+                table_versions=data["table_versions"],
+                episode_ids=tuple(data["episode_ids"]),
+                attempt_ids=tuple(data["attempt_ids"]),
+                sql=data.get("sql"),
+                created_at_ns=int(data["created_at_ns"]),
+            )
+        except (KeyError, TypeError, ValueError) as err:
+            raise SnapshotError(f"malformed snapshot: {err!r}") from err
+
+    @classmethod
+    def from_json(cls, text: str) -> Snapshot:
+        try:
+            data = json.loads(text)
+        except json.JSONDecodeError as err:
+            raise SnapshotError(f"a snapshot must be JSON: {err}") from err
+        if not isinstance(data, dict):
+            raise SnapshotError(f"a snapshot must be a JSON object, got {type(data).__name__}")
+        return cls.from_dict(data)
+
+    def save(self, path: str | os.PathLike[str]) -> Path:
+        """Write the snapshot as JSON (atomically: a temporary file, then a rename)."""
+        out = Path(path)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+        tmp.write_text(self.to_json())
+        os.replace(tmp, out)
+        return out
+
+    @classmethod
+    def load(cls, path: str | os.PathLike[str]) -> Snapshot:
+        """Read a snapshot written by `save`.
+
+        Raises:
+            SnapshotError: the file is missing or not a snapshot.
+        """
+        try:
+            text = Path(path).read_text()
+        except OSError as err:
+            raise SnapshotError(f"cannot read the snapshot file {os.fspath(path)!r}: {err}") from err
+        return cls.from_json(text)
+
+    def save_to_catalog(self, catalog: str, name: str) -> None:
+        """Store the snapshot under `name` in the catalog (names are immutable: saving the same
+        snapshot again is a no-op, a different one under a taken name fails).
+
+        Example:
+            >>> ds.snapshot.save_to_catalog("/data/catalog", "pick-v3")
+            >>> Dataset("/data/lake", snapshot="pick-v3", catalog="/data/catalog")
+        """
+        from pi_catalog import Catalog
+
+        Catalog(catalog).save_snapshot(
+            name, self.to_json(), sql=self.sql or "", table_versions=dict(self.table_versions)
+        )
+
+    @classmethod
+    def from_catalog(cls, catalog: str, name: str) -> Snapshot:
+        """The snapshot stored under `name` (pi_catalog.PiCatalogError when there is none)."""
+        from pi_catalog import Catalog
+
+        return cls.from_json(Catalog(catalog).snapshot_json(name))
+
+
+def pairs(episode_ids: Sequence[str], attempt_ids: Sequence[str]) -> dict[str, str]:
+    return dict(zip(episode_ids, attempt_ids, strict=True))

@@ -1,0 +1,387 @@
+"""Where the loader's readers get a local file for each Delta data file of the lake.
+
+The main process resolves a pinned table's file URIs with deltalake; readers (in worker
+processes too) turn each URI into a path that pyarrow and PyAV can open with `Storage.local_path`.
+A local lake needs no copy; an s3:// lake is read through `pyarrow.fs.S3FileSystem` into the
+host's `DiskCache` (downloaded once per host, LRU-evicted under a size limit).
+
+Options follow deltalake's `storage_options` names (so one mapping serves both), and the
+environment fills what they leave out, as it does for deltalake. Credentials are kept out of
+every repr, log line and error message; they do travel inside a pickled storage, because worker
+processes need them.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, BinaryIO, Protocol, runtime_checkable
+from urllib.parse import urlsplit
+
+from pi_loader._cache import CacheConfig, DiskCache, StorageError
+
+__all__ = [
+    "LocalStorage",
+    "RemoteFileNotFoundError",
+    "S3Options",
+    "S3Storage",
+    "Storage",
+    "StorageError",
+    "storage_for",
+]
+
+_S3_SCHEMES = ("s3", "s3a")
+# deltalake option name (upper-cased) -> S3Options field. Aliases as delta-rs accepts them.
+_S3_KEYS = {
+    "AWS_ACCESS_KEY_ID": "access_key_id",
+    "ACCESS_KEY_ID": "access_key_id",
+    "AWS_SECRET_ACCESS_KEY": "secret_access_key",
+    "SECRET_ACCESS_KEY": "secret_access_key",
+    "AWS_SESSION_TOKEN": "session_token",
+    "SESSION_TOKEN": "session_token",
+    "AWS_TOKEN": "session_token",
+    "TOKEN": "session_token",
+    "AWS_REGION": "region",
+    "REGION": "region",
+    "AWS_DEFAULT_REGION": "region",
+    "AWS_ENDPOINT_URL": "endpoint_url",
+    "AWS_ENDPOINT": "endpoint_url",
+    "ENDPOINT_URL": "endpoint_url",
+    "ENDPOINT": "endpoint_url",
+    "AWS_ALLOW_HTTP": "allow_http",
+    "ALLOW_HTTP": "allow_http",
+    "AWS_VIRTUAL_HOSTED_STYLE_REQUEST": "virtual_hosted_style",
+    "VIRTUAL_HOSTED_STYLE_REQUEST": "virtual_hosted_style",
+}
+# Options that only matter to deltalake writers and its commit locking: accepted, not needed to read.
+_S3_WRITER_KEYS = frozenset(
+    {
+        "AWS_S3_ALLOW_UNSAFE_RENAME",
+        "AWS_S3_LOCKING_PROVIDER",
+        "DELTA_DYNAMO_TABLE_NAME",
+        "AWS_CONDITIONAL_PUT",
+        "CONDITIONAL_PUT",
+        "AWS_COPY_IF_NOT_EXISTS",
+    }
+)
+_TRUE = frozenset({"true", "1", "yes", "on"})
+_FALSE = frozenset({"false", "0", "no", "off", ""})
+# Download in pieces of this size: large enough for S3 throughput, small enough for memory.
+_DOWNLOAD_PIECE_BYTES = 8 * 2**20
+
+
+class RemoteFileNotFoundError(StorageError, FileNotFoundError):
+    """A data file of a remote lake does not exist (e.g. vacuumed after a snapshot pinned it).
+
+    Also a FileNotFoundError, so one `except FileNotFoundError` covers local and remote lakes;
+    other StorageErrors (unreachable endpoint, file larger than the cache) are not.
+    """
+
+
+@runtime_checkable
+class Storage(Protocol):
+    """Turns a data file URI of the lake into a local path pyarrow and PyAV can open.
+
+    Contract: picklable (workers are forked or spawned processes) and thread-safe. For a local
+    table `local_path` returns the file itself; for a remote one, a cached local copy, downloaded
+    once per host, atomically, and evicted least-recently-used to keep the cache under its limit.
+
+    Example:
+        >>> storage = storage_for("s3://bucket/lake", storage_options=opts, cache=config)
+        >>> pyarrow.parquet.ParquetFile(storage.local_path(uri))
+    """
+
+    def local_path(self, uri: str) -> str:
+        """A local file path holding the bytes of `uri`."""
+        ...
+
+
+@dataclass(frozen=True, slots=True)
+class LocalStorage:
+    """Files of a lake on a local (or mounted) file system: paths pass through, nothing is copied.
+
+    Example:
+        >>> LocalStorage().local_path("file:///data/lake/steps/part-0.parquet")
+        '/data/lake/steps/part-0.parquet'
+    """
+
+    def local_path(self, uri: str) -> str:
+        if uri.startswith("file://"):
+            return urlsplit(uri).path
+        if "://" in uri:
+            raise ValueError(
+                f"LocalStorage reads local paths only, got the URI {uri!r}; use storage_for(uri)"
+            )
+        return os.path.abspath(uri)
+
+
+@dataclass(frozen=True, slots=True)
+class S3Options:
+    """How to reach S3 (or an S3-compatible store); the secrets never appear in repr.
+
+    Built by `S3Options.from_storage_options` from deltalake-style options; fields left None are
+    found by the AWS SDK's usual chain (environment, ~/.aws files, instance metadata).
+    """
+
+    access_key_id: str | None = field(default=None, repr=False)
+    secret_access_key: str | None = field(default=None, repr=False)
+    session_token: str | None = field(default=None, repr=False)
+    region: str | None = None
+    endpoint_url: str | None = None
+    allow_http: bool = False
+    virtual_hosted_style: bool = False
+
+    def __post_init__(self) -> None:
+        if (self.access_key_id is None) != (self.secret_access_key is None):
+            given = "AWS_ACCESS_KEY_ID" if self.access_key_id is not None else "AWS_SECRET_ACCESS_KEY"
+            raise ValueError(
+                f"storage_options has {given} without its pair; pass both AWS_ACCESS_KEY_ID and "
+                "AWS_SECRET_ACCESS_KEY, or neither to use the environment's credentials"
+            )
+        if self.endpoint_url is not None:
+            parts = urlsplit(self.endpoint_url)
+            if parts.username is not None or parts.password is not None:
+                # The URL is not echoed: its user info may be a credential.
+                raise ValueError(
+                    "AWS_ENDPOINT_URL must not carry user info; pass keys as AWS_ACCESS_KEY_ID etc."
+                )
+            if parts.scheme not in ("http", "https") or not parts.netloc:
+                raise ValueError(
+                    f"AWS_ENDPOINT_URL must look like http(s)://host[:port], got {self.endpoint_url!r}"
+                )
+            if parts.scheme == "http" and not self.allow_http:
+                raise ValueError(
+                    f"AWS_ENDPOINT_URL {self.endpoint_url!r} is plain http; set AWS_ALLOW_HTTP='true' "
+                    "to allow it (as deltalake requires too)"
+                )
+
+    @classmethod
+    def from_storage_options(
+        cls, storage_options: Mapping[str, str] | None, environ: Mapping[str, str] | None = None
+    ) -> S3Options:
+        """Options from deltalake-style `storage_options`, with region/endpoint/http from `environ`.
+
+        Keys are case-insensitive. Keys only deltalake writers need (AWS_S3_ALLOW_UNSAFE_RENAME,
+        locking) are accepted and ignored; any other unknown key is a ValueError.
+
+        Example:
+            >>> S3Options.from_storage_options({"AWS_ENDPOINT_URL": "http://127.0.0.1:9000",
+            ...                                 "AWS_ALLOW_HTTP": "true"})
+        """
+        env = os.environ if environ is None else environ
+        values: dict[str, str] = {}
+        for raw_key, value in (storage_options or {}).items():
+            if not isinstance(raw_key, str) or not isinstance(value, str):
+                raise TypeError(
+                    f"storage_options keys and values must be str, got key {raw_key!r} with a "
+                    f"{type(value).__name__} value"
+                )
+            key = raw_key.upper()
+            if key in _S3_WRITER_KEYS:
+                continue
+            name = _S3_KEYS.get(key)
+            if name is None:
+                raise ValueError(
+                    f"unknown storage option {raw_key!r} for s3://; the loader understands "
+                    f"{sorted(set(_S3_KEYS) | _S3_WRITER_KEYS)}"
+                )
+            values[name] = value
+        # Like deltalake, fall back to the environment for what the options leave out. Credentials
+        # are left to the AWS SDK's own chain so that they are not copied into pickles needlessly.
+        for env_key in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_ENDPOINT_URL", "AWS_ALLOW_HTTP"):
+            if env_key in env and _S3_KEYS[env_key] not in values:
+                values[_S3_KEYS[env_key]] = env[env_key]
+        return cls(
+            access_key_id=values.get("access_key_id"),
+            secret_access_key=values.get("secret_access_key"),
+            session_token=values.get("session_token"),
+            region=values.get("region"),
+            endpoint_url=values.get("endpoint_url"),
+            allow_http=_flag("AWS_ALLOW_HTTP", values.get("allow_http", "false")),
+            virtual_hosted_style=_flag(
+                "AWS_VIRTUAL_HOSTED_STYLE_REQUEST", values.get("virtual_hosted_style", "false")
+            ),
+        )
+
+    def secrets(self) -> tuple[str, ...]:
+        """The secret values, for scrubbing them out of messages from lower layers."""
+        return tuple(s for s in (self.access_key_id, self.secret_access_key, self.session_token) if s)
+
+    def filesystem(self) -> Any:
+        """A new pyarrow.fs.S3FileSystem for these options."""
+        import pyarrow.fs as pafs
+
+        kwargs: dict[str, Any] = {
+            "access_key": self.access_key_id,
+            "secret_key": self.secret_access_key,
+            "session_token": self.session_token,
+            "region": self.region,
+            "force_virtual_addressing": self.virtual_hosted_style,
+        }
+        if self.endpoint_url is not None:
+            parts = urlsplit(self.endpoint_url)
+            kwargs["scheme"] = parts.scheme
+            kwargs["endpoint_override"] = parts.netloc + parts.path.rstrip("/")
+        return pafs.S3FileSystem(**kwargs)
+
+
+class S3Storage:
+    """Files of an s3:// lake, read through pyarrow's S3 client into a host-wide disk cache.
+
+    Picklable: the options and the cache config travel, the S3 client and the cache's file
+    handles are made again in each process (pyarrow's S3 client must not cross a fork).
+
+    Example:
+        >>> storage = S3Storage(S3Options.from_storage_options(opts), CacheConfig(Path("/nvme/c"), 2**36))
+        >>> storage.local_path("s3://bucket/lake/steps/part-0.parquet")
+        '/nvme/c/objects/3f/3f2a...parquet'
+    """
+
+    def __init__(self, options: S3Options, cache: CacheConfig) -> None:
+        if not isinstance(options, S3Options):
+            raise TypeError(f"options must be S3Options, got {type(options).__name__}")
+        if not isinstance(cache, CacheConfig):
+            raise TypeError(f"cache must be a CacheConfig, got {type(cache).__name__}")
+        self._options = options
+        self._cache = DiskCache(cache)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._fs: Any = None
+        self._fs_pid = -1
+        self._fs_lock = threading.Lock()
+
+    def __getstate__(self) -> dict[str, object]:
+        return {"options": self._options, "cache": self._cache}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._options = state["options"]
+        self._cache = state["cache"]
+        self._reset()
+
+    def __repr__(self) -> str:
+        return f"S3Storage({self._options!r}, cache={self._cache.config!r})"
+
+    @property
+    def cache(self) -> DiskCache:
+        return self._cache
+
+    def _filesystem(self) -> Any:
+        pid = os.getpid()
+        if self._fs_pid != pid:
+            with self._fs_lock:
+                if self._fs_pid != pid:
+                    self._fs = self._options.filesystem()
+                    self._fs_pid = pid
+        return self._fs
+
+    def _scrub(self, message: str) -> str:
+        for secret in self._options.secrets():
+            message = message.replace(secret, "***")
+        return message
+
+    def local_path(self, uri: str) -> str:
+        """A cached local copy of `uri` (an s3:// file of the lake), downloading it on a miss.
+
+        Raises:
+            ValueError: `uri` is not an s3:// URI.
+            StorageError: the object is missing or unreadable, or larger than the cache.
+        """
+        path = self._object_path(uri)
+        # The endpoint is part of the key: the same bucket/key on two stores are two objects.
+        key = f"{self._options.endpoint_url or 'aws'}\n{uri}"
+        suffix = os.path.splitext(path.rsplit("/", 1)[-1])[1]
+        return self._cache.get(
+            key,
+            size_bytes=lambda: self._size_bytes(uri, path),  # a request to S3 on a miss only
+            fetch=lambda out: self._download(uri, path, out),
+            suffix=suffix,
+        )
+
+    def stats(self) -> Any:
+        """The cache's `CacheStats` for this process."""
+        return self._cache.stats()
+
+    def _object_path(self, uri: str) -> str:
+        parts = urlsplit(uri)
+        if parts.scheme not in _S3_SCHEMES or not parts.netloc or not parts.path.strip("/"):
+            raise ValueError(f"expected an s3://bucket/key URI of a lake file, got {uri!r}")
+        return parts.netloc + parts.path
+
+    def _size_bytes(self, uri: str, path: str) -> int:
+        import pyarrow.fs as pafs
+
+        try:
+            info = self._filesystem().get_file_info(path)
+        except OSError as err:
+            raise StorageError(
+                f"cannot stat {uri} on {self._options.endpoint_url or 'AWS S3'}: {self._scrub(str(err))}; "
+                "check storage_options (endpoint, region, credentials) and that the object exists"
+            ) from None  # the chained error's text could carry a credential
+        if info.type != pafs.FileType.File:
+            raise RemoteFileNotFoundError(
+                f"{uri} is not a file on {self._options.endpoint_url or 'AWS S3'} (found {info.type.name}); "
+                "was it vacuumed after the dataset's Delta version was pinned?"
+            )
+        return int(info.size)
+
+    def _download(self, uri: str, path: str, out: BinaryIO) -> None:
+        try:
+            with self._filesystem().open_input_stream(path) as stream:
+                while piece := stream.read(_DOWNLOAD_PIECE_BYTES):
+                    out.write(piece)
+        except OSError as err:
+            raise StorageError(f"downloading {uri} failed: {self._scrub(str(err))}") from None
+
+
+def _flag(name: str, value: str) -> bool:
+    lowered = value.strip().lower()
+    if lowered in _TRUE:
+        return True
+    if lowered in _FALSE:
+        return False
+    raise ValueError(f"{name} must be 'true' or 'false', got {value!r}")
+
+
+def storage_for(
+    lake_root: str,
+    *,
+    storage_options: Mapping[str, str] | None = None,
+    cache: CacheConfig | None = None,
+) -> Storage:
+    """The Storage that reads the data files of the lake at `lake_root`.
+
+    Args:
+        lake_root: a local path, a file:// URI, or an s3:// (s3a://) URI.
+        storage_options: deltalake-style options for s3:// (AWS_ENDPOINT_URL, AWS_REGION,
+            AWS_ACCESS_KEY_ID, AWS_SECRET_ACCESS_KEY, AWS_SESSION_TOKEN, AWS_ALLOW_HTTP...);
+            missing ones come from the environment.
+        cache: the host's disk cache; required for s3://, ignored for a local lake (nothing is
+            copied).
+
+    Raises:
+        ValueError: bad options, or a remote lake without `cache`.
+        NotImplementedError: a remote scheme other than s3:// (gs://, az://, ...).
+
+    Example:
+        >>> storage = storage_for("s3://bucket/lake", storage_options={"AWS_REGION": "eu-west-1"},
+        ...                       cache=CacheConfig(Path("/nvme/pi_cache"), max_size_bytes=2**38))
+    """
+    if not isinstance(lake_root, str) or not lake_root:
+        raise ValueError(f"lake_root must be a non-empty path or URI, got {lake_root!r}")
+    if "://" not in lake_root or lake_root.startswith("file://"):
+        return LocalStorage()
+    scheme = urlsplit(lake_root).scheme
+    if scheme not in _S3_SCHEMES:
+        raise NotImplementedError(
+            f"pi_loader reads local and s3:// lakes; {scheme}:// is not supported yet ({lake_root!r}). "
+            "Mount the store locally, or copy the lake to s3://"
+        )
+    if cache is None:
+        raise ValueError(
+            f"reading the remote lake {lake_root!r} needs a local disk cache: pass "
+            "cache=CacheConfig(directory=Path('/local/disk/pi_cache'), max_size_bytes=...)"
+        )
+    return S3Storage(S3Options.from_storage_options(storage_options), cache)

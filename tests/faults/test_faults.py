@@ -1,0 +1,95 @@
+"""Fault tests: real processes (Tansu broker, `pilake stream` with its Flink JVM and Python
+workers, Delta writers) are broken on purpose; each test ends with the audit showing nothing
+lost and nothing duplicated. The scenarios live in benchmarks/faults/scenarios.py, which also
+writes the fault report (`python benchmarks/faults/run.py`).
+"""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from benchmarks.faults.scenarios import (
+    KCAT_GARBAGE,
+    FaultResult,
+    bad_bytes,
+    broker_restart,
+    concurrent_writers,
+    kill_stream_job,
+    lake_unwritable,
+)
+
+pytestmark = pytest.mark.integration
+
+
+@pytest.fixture(scope="module")
+def jar_cache(stack_settings: Any) -> Path:
+    return Path(stack_settings.jar_dir)
+
+
+def assert_nothing_lost_or_doubled(result: FaultResult) -> None:
+    print(result.row(), dict(result.observed))
+    assert result.lost == 0, f"lost episodes: {result.audit['missing_ids']}"
+    assert result.duplicated == 0, f"duplicated episodes: {result.audit['duplicated_ids']}"
+    assert result.audit["ok"], result.audit
+    assert result.episodes_in == result.visible + result.quarantined
+
+
+def test_sigkill_of_the_stream_job_mid_run(tmp_path: Path, jar_cache: Path) -> None:
+    r = kill_stream_job(tmp_path / "home", jar_cache)
+    assert_nothing_lost_or_doubled(r)
+    o = r.observed
+    assert 2 <= o["committed_when_killed"] < o["episodes"], "the kill must land mid-run"
+    assert o["processes_killed"] >= 3  # driver, Flink JVM, Python worker
+    assert o["processes_surviving_kill"] == 0
+    assert r.visible == o["episodes"] and r.quarantined == 0
+
+
+def test_broker_restart_while_uploaders_run(tmp_path: Path, jar_cache: Path) -> None:
+    r = broker_restart(tmp_path / "home", jar_cache)
+    assert_nothing_lost_or_doubled(r)
+    o = r.observed
+    assert 1 <= o["committed_before_restart"] < o["episodes"]
+    assert o["left_in_spools"] == 0
+    assert r.visible == o["episodes"]
+
+
+def test_bad_bytes_are_quarantined_and_the_job_keeps_running(tmp_path: Path, jar_cache: Path) -> None:
+    if shutil.which("kcat") is None and shutil.which("kafkacat") is None:
+        pytest.skip("kcat is not installed (scripts/setup.sh installs it)")
+    r = bad_bytes(tmp_path / "home", jar_cache)
+    assert_nothing_lost_or_doubled(r)
+    o = r.observed
+    assert o["stream_job_alive_after"]
+    assert o["good_committed"] == o["good_episodes"] == r.visible
+    reasons = o["quarantine_reasons"]
+    for episode_id, reason in o["expected_reasons"].items():
+        assert reasons[episode_id] == [reason], (episode_id, reasons)
+    assert reasons["<no id>"] == ["bad_magic"]
+    # garbage has no episode id: quarantined by offset (SPEC 7.5), one counting key per record
+    assert r.audit["quarantined_records_without_id"] == r.audit["quarantined_without_id"] == len(KCAT_GARBAGE)
+    assert r.quarantined == len(o["expected_reasons"]) + len(KCAT_GARBAGE)
+
+
+def test_two_writers_commit_to_the_same_tables_at_once(tmp_path: Path, jar_cache: Path) -> None:
+    r = concurrent_writers(tmp_path / "home", jar_cache)
+    assert_nothing_lost_or_doubled(r)
+    o = r.observed
+    assert o["writer_exit_codes"] == [0, 0]
+    assert r.visible == o["episodes"]
+    # 3 episodes were given to both writers: each committed once, refused once
+    assert o["commits_refused_as_already_committed"] == o["commits_attempted"] - o["episodes"]
+
+
+def test_unwritable_lake_fails_loudly_then_resumes(tmp_path: Path, jar_cache: Path) -> None:
+    r = lake_unwritable(tmp_path / "home", jar_cache)
+    assert_nothing_lost_or_doubled(r)
+    o = r.observed
+    assert o["failed_job_exit_code"] != 0
+    assert o["flink_restarts_before_failing"] >= 1  # Flink's bounded restarts, then a loud exit
+    assert o["failed_job_says_failed"] and o["failed_job_names_lake_path"], o["failed_job_error"]
+    assert o["acked_while_unwritable"] == 0
+    assert r.visible == o["episodes"]

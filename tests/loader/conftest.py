@@ -1,0 +1,22 @@
+"""A lake shared by the loader tests: 5 episodes of 11 steps, two cameras of different rates."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.fixtures.lake_factory import FakeLake, write_lake
+
+LOADER_CAMERAS = ("front", "wrist")
+LOADER_STEPS = 11
+LOADER_EPISODES = 5
+
+
+@pytest.fixture(scope="session")
+def loader_lake(tmp_path_factory: pytest.TempPathFactory) -> FakeLake:
+    return write_lake(
+        tmp_path_factory.mktemp("loader_lake"),
+        episodes=LOADER_EPISODES,
+        steps=LOADER_STEPS,
+        cameras=LOADER_CAMERAS,
+        size=(48, 32),  # (width, height): large enough that every frame differs
+    )
