@@ -1,7 +1,7 @@
 """`pilake demo`: the whole path once, on the embedded stack.
 
 simulate a fleet -> upload through the spool -> PyFlink stream job until idle -> SQL summary
-from the catalog -> batches through pi_loader in a torch DataLoader -> a PNG contact sheet of
+from the catalog -> batches through pi_loader.Loader (2 workers) -> a PNG contact sheet of
 the frames exactly as the loader returns them, and a JSON of the figures measured on the way.
 """
 
@@ -59,6 +59,9 @@ class DemoSummary:
     lake_latency_s: dict[str, float] = field(default_factory=dict)
     loader_samples: int = 0
     contact_sheet: str = ""
+    audit: dict[str, int] = field(default_factory=dict)
+    validation: dict[str, str] = field(default_factory=dict)
+    data_docs: str = ""
 
 
 class _Stage:
@@ -148,6 +151,7 @@ def _run_path(settings: Settings, config: DemoConfig, summary: DemoSummary) -> N
                 raise RuntimeError(f"episodes not confirmed by the lake: {sorted(result.pending)}")
     _sql_summary(settings, summary)
     _load_batches(settings, config, summary)
+    _quality(settings, summary)
 
 
 def _sql_summary(settings: Settings, summary: DemoSummary) -> None:
@@ -180,36 +184,63 @@ def _sql_summary(settings: Settings, summary: DemoSummary) -> None:
 
 
 def _load_batches(settings: Settings, config: DemoConfig, summary: DemoSummary) -> None:
-    import torch.utils.data
-    from pi_loader import Dataset, contact_sheet
+    from pi_loader import Dataset, Loader, contact_sheet
 
     with _Stage(summary, "pi_loader"):
         dataset = Dataset(
             settings.lake_root,
-            sql=f"SELECT episode_id FROM episodes WHERE startsWith(robot_id, 'sim{summary.seed}-')",
+            sql="SELECT episode_id FROM episodes WHERE startsWith(robot_id, {prefix:String})",
+            sql_parameters={"prefix": f"sim{summary.seed}-"},
             catalog=settings.catalog_path,
             seed=summary.seed,
         )
-        loader: torch.utils.data.DataLoader[Any] = torch.utils.data.DataLoader(
-            dataset,  # type: ignore[arg-type]  # map-style by protocol, not by inheritance
-            batch_size=config.batch_size, num_workers=config.loader_workers
-        )
+        loader = Loader(dataset, batch_size=config.batch_size, num_workers=config.loader_workers)
         samples: list[dict[str, Any]] = []
+        batch: dict[str, Any] = {}
         for batch_index, batch in enumerate(loader):
             for i in range(len(batch["episode_id"])):
-                samples.append({k: _item(v, i) for k, v in batch.items()})
+                samples.append({k: v[i] for k, v in batch.items()})
             if batch_index == 1:
                 break
         summary.loader_samples = len(samples)
         shapes = {k: tuple(v.shape) for k, v in batch.items() if hasattr(v, "shape")}
         print(f"    {len(dataset)} samples in the dataset; batch shapes {shapes}")
+        print(f"    resume state after 2 batches: {loader.get_state()}")
         sheet = contact_sheet(samples[:8], config.out_dir / "contact_sheet.png")
         summary.contact_sheet = str(sheet)
 
 
-def _item(column: Any, index: int) -> Any:
-    value = column[index]
-    return value.numpy() if hasattr(value, "numpy") else value
+def _quality(settings: Settings, summary: DemoSummary) -> None:
+    """Reconcile what was uploaded with the lake, then run the expectation suites (Data Docs)."""
+    from pi_format import LakeLayout
+
+    from pi_jobs.audit import audit, format_report
+    from pi_jobs.validation import validate_table
+
+    with _Stage(summary, "audit + validation"):
+        report = audit(
+            LakeLayout(settings.lake_root),
+            spool_dirs=[settings.home / "spool"],
+            catalog_path=settings.catalog_path,
+        )
+        print(format_report(report, lake_root=settings.lake_root))
+        summary.audit = {
+            "in": report.episodes_in,
+            "visible": report.visible,
+            "quarantined": report.quarantined,
+            "missing": report.missing,
+            "duplicated": report.duplicated,
+        }
+        if report.missing or report.duplicated:
+            raise RuntimeError(f"audit found missing or duplicated episodes: {summary.audit}")
+        for table in ("episodes", "steps"):
+            result = validate_table(settings.lake_root, table, validation_dir=settings.validation_dir)
+            failed = [o.describe() for o in result.failed]
+            summary.validation[table] = "passed" if not failed else f"FAILED: {failed}"
+            print(f"    validate {table}@v{result.version}: {result.rows} rows, {summary.validation[table]}")
+            if result.docs_index is not None:
+                summary.data_docs = str(result.docs_index)
+        print(f"    Data Docs: {summary.data_docs}")
 
 
 def _print_figures(summary: DemoSummary, out_dir: Path) -> None:
@@ -226,4 +257,7 @@ def _print_figures(summary: DemoSummary, out_dir: Path) -> None:
         print(f"  manifest received -> committed     {summary.lake_latency_s} s")
     print(f"  loader samples read                {summary.loader_samples}")
     print(f"  contact sheet                      {summary.contact_sheet}")
+    print(f"  audit                              {summary.audit}")
+    print(f"  validation                         {summary.validation}")
+    print(f"  Data Docs                          {summary.data_docs}")
     print(f"  figures                            {out_dir / 'summary.json'}")

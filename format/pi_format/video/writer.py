@@ -59,7 +59,9 @@ def encode_mp4(
         stream.options = {
             "crf": str(crf),
             "preset": "veryfast",
-            "x264-params": f"keyint={keyframe_interval}:scenecut=0",
+            # One thread: x264's frame threads made the bytes depend on machine load (seen under
+            # CPU contention), and the simulator promises the same bytes for the same arguments.
+            "x264-params": f"keyint={keyframe_interval}:scenecut=0:threads=1",
         }
         for frame in frames:
             vf = _as_frame(frame)
@@ -101,9 +103,13 @@ class ChunkedVideoEncoder:
         ctx.framerate = rate
         # Closed GOP of exactly chunk_frames with SPS/PPS repeated at every IDR, no B-frames:
         # every chunk decodes on its own and packet i is frame i.
+        # tune=fastdecode (no CABAC, no deblocking): decoding is what every training sample pays
+        # for; measured here it decodes 30% faster (0.083 vs 0.118 ms/frame at 224x224) for
+        # 7% more bytes.
         ctx.options = {
             "crf": str(crf),
             "preset": "veryfast",
+            "tune": "fastdecode",
             "x264-params": (
                 f"keyint={chunk_frames}:min-keyint={chunk_frames}:scenecut=0:bframes=0:"
                 "repeat-headers=1:open-gop=0"
