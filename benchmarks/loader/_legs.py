@@ -11,7 +11,7 @@ DataLoader with worker processes (`--api torch`); the order is pi_loader's seede
 (`pi_loader.sample_order`, what `Dataset` uses), and for each sample and camera only decoding:
 PyAV decodes the frame's chunk up to that frame (yuv420p, nothing kept; `--chunk-cache N`
 instead decodes whole chunks into an LRU of N, pi_loader's way), then pi_format's vectorized
-yuv420p->RGB (`--rgb24`: PyAV's own conversion instead, to show the headroom). `workers`
+yuv420p->RGB, or with `--rgb24` FFmpeg's swscale (what pi_loader uses, so the limit). `workers`
 processes each take whole batches; nothing but two counts comes back (no Delta, no IPC of
 frames, no collation).
 `ttfb`: a fresh process opens a dataset selected with SQL through the catalog and takes its
@@ -146,7 +146,7 @@ def leg_pi_loader(args: argparse.Namespace) -> dict[str, Any]:
 # Filled before the pool forks, read by the workers (fork shares it copy-on-write).
 _RAW: dict[str, Any] = {}
 # Each worker's decoded chunks (yuv420p planes), LRU: the same bound pi_loader's workers keep.
-_DECODED: OrderedDict[tuple[int, int, int], list[Any]] = OrderedDict()
+_DECODED: OrderedDict[tuple[int, int, int], Any] = OrderedDict()
 
 
 def _load_raw(lake: Path, seed: int, chunk_cache: int, rgb24: bool = False) -> int:
@@ -193,7 +193,7 @@ def _decode_until(data: bytes, wanted: int, *, rgb24: bool = False) -> Any:
 def _raw_batch(args: tuple[int, int]) -> tuple[int, int]:
     """Decode the frames of one batch; returns (samples, chunks decoded)."""
     import numpy as np
-    from pi_format.video import decode_chunk_yuv, yuv420p_to_rgb
+    from pi_format.video import ChunkDecoder, yuv420p_to_rgb
 
     batch, batch_size = args
     order, offsets, episodes = _RAW["order"], _RAW["offsets"], _RAW["episodes"]
@@ -209,34 +209,31 @@ def _raw_batch(args: tuple[int, int]) -> tuple[int, int]:
             c = int(np.searchsorted(firsts, frame, side="right")) - 1
             chunk = chunks[c]
             offset = frame - chunk["first_frame"]
-            if _RAW["rgb24"]:  # headroom: the same decoding, PyAV's own RGB conversion
-                _decode_until(chunk["data"], offset, rgb24=True)
+            if capacity == 0:  # the least decoding there is: up to the frame, nothing kept
+                if _RAW["rgb24"]:  # the limit: FFmpeg's swscale conversion, as pi_loader does
+                    _decode_until(chunk["data"], offset, rgb24=True)
+                else:  # for comparison: pi_format's numpy conversion
+                    yuv420p_to_rgb(_decode_until(chunk["data"], offset), chunk["height"], chunk["width"])
                 decodes += 1
                 continue
-            if capacity == 0:  # the least decoding there is: up to the frame, nothing kept
-                plane = _decode_until(chunk["data"], offset)
+            # pi_loader's way: a lazy ChunkDecoder per chunk, kept in an LRU
+            key = (e, column, c)
+            decoder = _DECODED.get(key)
+            if decoder is None:
+                decoder = ChunkDecoder(chunk["data"])
                 decodes += 1
-            else:  # pi_loader's way: whole chunks, kept in an LRU
-                key = (e, column, c)
-                planes = _DECODED.get(key)
-                if planes is None:
-                    planes = decode_chunk_yuv(chunk["data"])
-                    decodes += 1
-                    _DECODED[key] = planes
-                    if len(_DECODED) > capacity:
-                        _DECODED.popitem(last=False)
-                else:
-                    _DECODED.move_to_end(key)
-                plane = planes[offset]
-            yuv420p_to_rgb(plane, chunk["height"], chunk["width"])
+                _DECODED[key] = decoder
+                if len(_DECODED) > capacity:
+                    _DECODED.popitem(last=False)
+            else:
+                _DECODED.move_to_end(key)
+            decoder.rgb(offset)
     return len(indices), decodes
 
 
 def leg_raw(args: argparse.Namespace) -> dict[str, Any]:
     import multiprocessing
 
-    if args.rgb24 and args.chunk_cache:
-        raise ValueError("--rgb24 decodes each frame up to itself; it takes no --chunk-cache")
     samples = _load_raw(args.lake, args.seed, args.chunk_cache, args.rgb24)
     batches = -(-samples // args.batch_size)
     pool = multiprocessing.get_context("fork").Pool(args.workers)
@@ -264,7 +261,9 @@ def leg_raw(args: argparse.Namespace) -> dict[str, Any]:
         pool.terminate()
     result["dataset_samples"] = samples
     result["chunk_cache"] = args.chunk_cache
-    result["rgb"] = "PyAV rgb24 (swscale)" if args.rgb24 else "pi_format.video.yuv420p_to_rgb"
+    result["rgb"] = (
+        "PyAV rgb24 (swscale)" if args.rgb24 or args.chunk_cache else "pi_format.video.yuv420p_to_rgb"
+    )
     result["decoded_chunks_per_sample"] = round(decodes[1] / max(decodes[0], 1), 3)
     return result
 

@@ -35,7 +35,7 @@ ROOT = HERE.parent.parent
 LOADERS = (
     "raw",
     "raw_cached",
-    "raw_rgb24",
+    "raw_numpy",
     "pi_loader",
     "pi_loader_lean",
     "pi_loader_block",
@@ -46,7 +46,7 @@ LOADERS = (
 LABELS = {
     "raw": "raw decode limit",
     "raw_cached": "decode only, pi_loader's way",
-    "raw_rgb24": "decode only, PyAV rgb24",
+    "raw_numpy": "decode only, numpy yuv->rgb",
     "pi_loader": "pi_loader",
     "pi_loader_lean": "pi_loader, lean memory settings",
     "pi_loader_block": "pi_loader, block shuffle of 10",
@@ -238,7 +238,7 @@ def main() -> int:
             cmd += ["--horizon", str(args.horizon)]
             if name == "raw_cached":
                 cmd += ["--chunk-cache", str(PI_LOADER_CHUNK_CACHE)]
-            if name == "raw_rgb24":
+            if name in ("raw", "raw_cached"):  # the limit converts with swscale, as pi_loader does
                 cmd += ["--rgb24"]
             if name == "pi_loader_torch":
                 cmd += ["--api", "torch"]

@@ -451,12 +451,7 @@ class Dataset:
         return collate([self.sample(int(i)) for i in flat_indices])
 
     def _image(self, e: int, camera: str, frame_index: int) -> np.ndarray:
-        from pi_format.video import yuv420p_to_rgb
-
-        planes, height, width = self._video.frame_yuv(
-            self._episode_ids[e], self._attempt_ids[e], camera, frame_index
-        )
-        rgb = yuv420p_to_rgb(planes, height, width)
+        rgb = self._video.frame(self._episode_ids[e], self._attempt_ids[e], camera, frame_index)
         spec = self._spec
         if spec.crop is not None:
             top, left, h, w = spec.crop

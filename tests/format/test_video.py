@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 from pi_format import VideoError
 from pi_format.video import (
+    ChunkDecoder,
     ChunkedVideoEncoder,
     decode_chunk_rgb,
     decode_chunk_yuv,
@@ -172,3 +173,35 @@ def test_yuv_to_rgb_reference_values() -> None:
 def test_yuv_to_rgb_shape_error() -> None:
     with pytest.raises(ValueError, match=r"must have shape \(6, 4\)"):
         yuv420p_to_rgb(np.zeros((4, 4), np.uint8), 4, 4)
+
+
+def test_chunk_decoder_decodes_lazily_and_agrees_with_whole_chunk_decoding() -> None:
+    frames = _frames(10)
+    chunk = encode_chunks(frames, width=W, height=H, fps=30.0, chunk_frames=10)[0]
+    decoder = ChunkDecoder(chunk.data)
+    assert decoder.frames_decoded == 0
+    third = decoder.rgb(3)
+    assert decoder.frames_decoded == 4  # frames 0..3 only, nothing after the one asked for
+    whole_rgb = decode_chunk_rgb(chunk.data, height=H, width=W)
+    whole_yuv = decode_chunk_yuv(chunk.data)
+    assert np.array_equal(third, whole_rgb[3])
+    assert np.array_equal(decoder.rgb(1), whole_rgb[1])  # going back needs no new decoding
+    assert decoder.frames_decoded == 4
+    assert np.array_equal(decoder.yuv(9), whole_yuv[9])  # continues from frame 4
+    assert decoder.frames_decoded == 10
+    # swscale's conversion stays within a few levels of the vectorized numpy one
+    assert np.abs(third.astype(int) - yuv420p_to_rgb(whole_yuv[3], H, W).astype(int)).max() <= 3
+    with pytest.raises(VideoError, match="frame 10 was asked for"):
+        decoder.rgb(10)
+
+
+def test_chunk_decoder_is_safe_across_threads() -> None:
+    from concurrent.futures import ThreadPoolExecutor
+
+    chunk = encode_chunks(_frames(10), width=W, height=H, fps=30.0, chunk_frames=10)[0]
+    want = decode_chunk_rgb(chunk.data, height=H, width=W)
+    decoder = ChunkDecoder(chunk.data)
+    order = [i % 10 for i in range(200)][::-1]
+    with ThreadPoolExecutor(8) as pool:
+        got = list(pool.map(decoder.rgb, order))
+    assert all(np.array_equal(g, want[i]) for g, i in zip(got, order, strict=True))

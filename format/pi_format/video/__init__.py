@@ -1,10 +1,11 @@
 """Video codecs: robot camera containers in, short independently decodable chunks out."""
 
 from pi_format.video._color import yuv420p_to_rgb
-from pi_format.video.reader import decode_chunk_rgb, decode_chunk_yuv, decode_container
+from pi_format.video.reader import ChunkDecoder, decode_chunk_rgb, decode_chunk_yuv, decode_container
 from pi_format.video.writer import ChunkedVideoEncoder, VideoChunk, encode_chunks, encode_mp4
 
 __all__ = [
+    "ChunkDecoder",
     "ChunkedVideoEncoder",
     "VideoChunk",
     "decode_chunk_rgb",

@@ -16,9 +16,7 @@ def yuv420p_to_rgb(yuv: np.ndarray, height: int, width: int) -> np.ndarray:
         >>> rgb = yuv420p_to_rgb(frame.to_ndarray(), 224, 224)
     """
     if yuv.shape != (height * 3 // 2, width):
-        raise ValueError(
-            f"yuv420p array must have shape {(height * 3 // 2, width)}, got {yuv.shape}"
-        )
+        raise ValueError(f"yuv420p array must have shape {(height * 3 // 2, width)}, got {yuv.shape}")
     y = yuv[:height].astype(np.float32)
     chroma = yuv[height:].reshape(2, height // 2, width // 2).astype(np.float32) - 128.0
     u = chroma[0].repeat(2, axis=0).repeat(2, axis=1)

@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 import io
+import threading
 from collections.abc import Iterator
 
 import av
 import numpy as np
 
 from pi_format.errors import VideoError
-from pi_format.video._color import yuv420p_to_rgb
 
 
 def decode_container(data: bytes) -> Iterator[av.VideoFrame]:
@@ -46,5 +46,90 @@ def decode_chunk_yuv(data: bytes) -> list[np.ndarray]:
 
 
 def decode_chunk_rgb(data: bytes, *, height: int, width: int) -> list[np.ndarray]:
-    """Decode one lake video chunk to uint8 RGB frames (h, w, 3) via the vectorized path."""
-    return [yuv420p_to_rgb(p, height, width) for p in decode_chunk_yuv(data)]
+    """Decode one lake video chunk to uint8 RGB frames (h, w, 3), converted by swscale exactly
+    as `ChunkDecoder.rgb` does (so the loader and this function agree pixel for pixel)."""
+    decoder = ChunkDecoder(data)
+    frames: list[np.ndarray] = []
+    while True:
+        try:
+            frame = decoder.rgb(len(frames))
+        except VideoError:
+            if decoder.frames_decoded == len(frames):
+                break  # the chunk's end
+            raise
+        if frame.shape != (height, width, 3):
+            raise VideoError(
+                f"chunk frame {len(frames)} is {frame.shape[1]}x{frame.shape[0]}, expected {width}x{height}"
+            )
+        frames.append(frame)
+    return frames
+
+
+class ChunkDecoder:
+    """Frames of one lake video chunk, decoded lazily and only as far as asked.
+
+    A shuffled sample needs one frame of a chunk: decoding stops at that frame, and a later
+    request for a frame further on continues from there instead of starting again. RGB comes
+    from FFmpeg's swscale (`to_ndarray(format="rgb24")`); with PyAV 18 that measured several
+    times cheaper than converting yuv420p planes with numpy (see benchmarks/loader).
+
+    Example:
+        >>> decoder = ChunkDecoder(chunk.data)
+        >>> rgb = decoder.rgb(3)   # decodes frames 0..3 only
+    """
+
+    def __init__(self, data: bytes) -> None:
+        self._size_bytes = len(data)
+        try:
+            self._ctx = av.CodecContext.create("h264", "r")
+            # One thread: frame threads add latency (frames come out late), which would make
+            # "decode only up to frame i" decode further than i.
+            self._ctx.thread_count = 1
+            self._packets: list[av.Packet | None] = [*self._ctx.parse(data), *self._ctx.parse(None), None]
+        except av.FFmpegError as err:
+            raise VideoError(f"cannot parse H.264 chunk ({len(data)} bytes): {err}") from err
+        self._next_packet = 0
+        self._frames: list[av.VideoFrame] = []
+        # A codec context (and a frame's swscale context) must not be used by two threads at
+        # once (segfault seen under grain's thread pool); one lock per chunk keeps chunks parallel.
+        self._lock = threading.RLock()
+
+    @property
+    def frames_decoded(self) -> int:
+        return len(self._frames)
+
+    def frame(self, index: int) -> av.VideoFrame:
+        """The decoded frame `index` of the chunk.
+
+        Raises:
+            VideoError: the chunk does not decode, or holds fewer than index+1 frames.
+        """
+        if index < 0:
+            raise VideoError(f"frame index must be >= 0, got {index}")
+        with self._lock:
+            return self._frame_locked(index)
+
+    def _frame_locked(self, index: int) -> av.VideoFrame:
+        try:
+            while len(self._frames) <= index and self._next_packet < len(self._packets):
+                packet = self._packets[self._next_packet]
+                self._next_packet += 1
+                self._frames.extend(self._ctx.decode(packet))
+        except av.FFmpegError as err:
+            raise VideoError(f"cannot decode H.264 chunk ({self._size_bytes} bytes): {err}") from err
+        if index >= len(self._frames):
+            raise VideoError(
+                f"H.264 chunk ({self._size_bytes} bytes) decoded to {len(self._frames)} frames; "
+                f"frame {index} was asked for"
+            )
+        return self._frames[index]
+
+    def rgb(self, index: int) -> np.ndarray:
+        """Frame `index` as uint8 RGB (h, w, 3), BT.601 limited range like `yuv420p_to_rgb`."""
+        with self._lock:
+            return np.asarray(self._frame_locked(index).to_ndarray(format="rgb24"))
+
+    def yuv(self, index: int) -> np.ndarray:
+        """Frame `index` as yuv420p planes, shape (h*3/2, w)."""
+        with self._lock:
+            return np.asarray(self._frame_locked(index).to_ndarray())
