@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import io
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -33,35 +34,18 @@ def decode_chunk_yuv(data: bytes) -> list[np.ndarray]:
     Example:
         >>> planes = decode_chunk_yuv(chunk.data)
     """
-    try:
-        ctx = av.CodecContext.create("h264", "r")
-        frames: list[np.ndarray] = []
-        # parse(None) flushes the parser: without it the last frame's packet stays buffered.
-        for packet in [*ctx.parse(data), *ctx.parse(None)]:
-            frames.extend(f.to_ndarray() for f in ctx.decode(packet))
-        frames.extend(f.to_ndarray() for f in ctx.decode(None))
-    except av.FFmpegError as err:
-        raise VideoError(f"cannot decode H.264 chunk ({len(data)} bytes): {err}") from err
-    return frames
+    return [frame.to_ndarray() for frame in ChunkDecoder(data).all_frames()]
 
 
 def decode_chunk_rgb(data: bytes, *, height: int, width: int) -> list[np.ndarray]:
     """Decode one lake video chunk to uint8 RGB frames (h, w, 3), converted by swscale exactly
     as `ChunkDecoder.rgb` does (so the loader and this function agree pixel for pixel)."""
-    decoder = ChunkDecoder(data)
-    frames: list[np.ndarray] = []
-    while True:
-        try:
-            frame = decoder.rgb(len(frames))
-        except VideoError:
-            if decoder.frames_decoded == len(frames):
-                break  # the chunk's end
-            raise
+    frames = [frame.to_ndarray(format="rgb24") for frame in ChunkDecoder(data).all_frames()]
+    for index, frame in enumerate(frames):
         if frame.shape != (height, width, 3):
             raise VideoError(
-                f"chunk frame {len(frames)} is {frame.shape[1]}x{frame.shape[0]}, expected {width}x{height}"
+                f"chunk frame {index} is {frame.shape[1]}x{frame.shape[0]}, expected {width}x{height}"
             )
-        frames.append(frame)
     return frames
 
 
@@ -104,25 +88,39 @@ class ChunkDecoder:
         Raises:
             VideoError: the chunk does not decode, or holds fewer than index+1 frames.
         """
-        if index < 0:
-            raise VideoError(f"frame index must be >= 0, got {index}")
         with self._lock:
             return self._frame_locked(index)
 
+    def all_frames(self) -> list[av.VideoFrame]:
+        """Every frame of the chunk, decoding what is left.
+
+        Raises:
+            VideoError: the chunk does not decode.
+        """
+        with self._lock:
+            self._decode_until(sys.maxsize)
+            return list(self._frames)
+
     def _frame_locked(self, index: int) -> av.VideoFrame:
-        try:
-            while len(self._frames) <= index and self._next_packet < len(self._packets):
-                packet = self._packets[self._next_packet]
-                self._next_packet += 1
-                self._frames.extend(self._ctx.decode(packet))
-        except av.FFmpegError as err:
-            raise VideoError(f"cannot decode H.264 chunk ({self._size_bytes} bytes): {err}") from err
+        if index < 0:
+            raise VideoError(f"frame index must be >= 0, got {index}")
+        self._decode_until(index + 1)
         if index >= len(self._frames):
             raise VideoError(
                 f"H.264 chunk ({self._size_bytes} bytes) decoded to {len(self._frames)} frames; "
                 f"frame {index} was asked for"
             )
         return self._frames[index]
+
+    def _decode_until(self, frame_count: int) -> None:
+        """Feed packets until `frame_count` frames are out or the chunk (flush included) ends."""
+        try:
+            while len(self._frames) < frame_count and self._next_packet < len(self._packets):
+                packet = self._packets[self._next_packet]
+                self._next_packet += 1
+                self._frames.extend(self._ctx.decode(packet))
+        except av.FFmpegError as err:
+            raise VideoError(f"cannot decode H.264 chunk ({self._size_bytes} bytes): {err}") from err
 
     def rgb(self, index: int) -> np.ndarray:
         """Frame `index` as uint8 RGB (h, w, 3), BT.601 limited range like `yuv420p_to_rgb`."""
