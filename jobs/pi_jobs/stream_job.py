@@ -433,7 +433,13 @@ def run_stream_job(
     try:
         while True:
             time.sleep(0.25)
-            status = _job_status(client)
+            try:
+                status = _job_status(client)
+            except Exception as err:
+                # Once a job has failed for good, the local mini-cluster may already have
+                # dropped it: the status call itself then throws. Report it as the failure it is.
+                log.debug("job status unavailable, treating the job as failed: %s", str(err)[:500])
+                status = "FAILED"
             if status in ("FAILED", "FAILING"):
                 log_dir = _effective_log_dir(config)
                 cause = _failure_cause(client)
