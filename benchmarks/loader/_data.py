@@ -34,10 +34,16 @@ class DataConfig:
     rate_hz: float = 15.0  # control rate == camera rate: one frame per step for every loader
     size_px: int = 224
     seed: int = 7
+    # the lake's video: FeaturizeConfig's defaults (10-frame rows, intra-only)
+    chunk_frames: int = 10
+    keyframe_interval: int = 1
 
     @property
     def key(self) -> str:
-        return f"e{self.episodes}-d{self.duration_s:g}-r{self.rate_hz:g}-s{self.size_px}-seed{self.seed}"
+        return (
+            f"e{self.episodes}-d{self.duration_s:g}-r{self.rate_hz:g}-s{self.size_px}-seed{self.seed}"
+            f"-c{self.chunk_frames}-k{self.keyframe_interval}"
+        )
 
 
 def _simulation(config: DataConfig, episodes: int, duration_s: float) -> object:
@@ -55,7 +61,7 @@ def _simulation(config: DataConfig, episodes: int, duration_s: float) -> object:
     )
 
 
-def _featurized(sim: object, index: int) -> object:
+def _featurized(config: DataConfig, sim: object, index: int) -> object:
     from pi_ingest.simulator import SimulationConfig, simulate_episode
     from pi_jobs.featurize import FeaturizeConfig, featurize
 
@@ -68,7 +74,12 @@ def _featurized(sim: object, index: int) -> object:
         received_at_ns=now,
         raw_size_bytes=0,
         committed_at_ns=now,
-        config=FeaturizeConfig(video_width=sim.camera_width, video_height=sim.camera_height),
+        config=FeaturizeConfig(
+            video_width=sim.camera_width,
+            video_height=sim.camera_height,
+            chunk_frames=config.chunk_frames,
+            keyframe_interval=config.keyframe_interval,
+        ),
     )
 
 
@@ -87,7 +98,7 @@ def build_lake(config: DataConfig, root: Path) -> Path:
     sim = _simulation(config, config.episodes, config.duration_s)
     start = time.monotonic()
     for i in range(config.episodes):
-        featurized = _featurized(sim, i)
+        featurized = _featurized(config, sim, i)
         assert isinstance(featurized, FeaturizedEpisode)
         writer.commit_episode(featurized)
         print(f"  lake: episode {i + 1}/{config.episodes} ({time.monotonic() - start:.0f} s)", flush=True)
@@ -218,22 +229,28 @@ def build_big_lake(config: DataConfig, root: Path, episodes: int) -> tuple[Path,
     from deltalake import write_deltalake
     from pi_catalog import Catalog
     from pi_format import TABLE_SCHEMAS, LakeLayout
+    from pi_jobs.lake_writer import table_writer_properties
 
     lake, catalog = root / f"big{episodes}" / "lake", root / f"big{episodes}" / "catalog"
     marker = root / f"big{episodes}.done.json"
-    if marker.exists() and json.loads(marker.read_text()) == asdict(config):
+    built_as = {**asdict(config), "parquet": "lake writer properties"}
+    if marker.exists() and json.loads(marker.read_text()) == built_as:
         return lake, catalog
     shutil.rmtree(lake.parent, ignore_errors=True)
     layout = LakeLayout(str(lake))
-    template = _featurized(_simulation(config, 1, 4.0), 0)
+    template = _featurized(config, _simulation(config, 1, 4.0), 0)
     per_commit = 250  # a few appends, as a lake that grew by batches of episodes would have
     for first in range(0, episodes, per_commit):
         parts = list(_copies(template, min(per_commit, episodes - first), first))
         for name, k in (("steps", 1), ("video", 2), ("episodes", 0)):
             rows = pa.concat_tables([p[k] for p in parts]).cast(TABLE_SCHEMAS[name])
-            write_deltalake(layout.table(name), rows, mode="append")
+            # the lake writer's Parquet settings (row groups of 64 video rows), as the stream
+            # job would have written these episodes
+            write_deltalake(
+                layout.table(name), rows, mode="append", writer_properties=table_writer_properties(name)
+            )
     indexed = Catalog(str(catalog)).rebuild_from_lake(layout)
     if indexed != episodes:
         raise RuntimeError(f"catalog indexed {indexed} episodes, expected {episodes}")
-    marker.write_text(json.dumps(asdict(config)))
+    marker.write_text(json.dumps(built_as))
     return lake, catalog

@@ -56,7 +56,6 @@ LABELS = {
 }
 # pi_loader's default decoded-chunk cache per worker (loader/pi_loader/_dataset.py)
 PI_LOADER_CHUNK_CACHE = 64
-BLOCK_SIZE = 10  # pi_jobs.featurize.FeaturizeConfig.chunk_frames
 TARGET_VS_LEROBOT = 5.0
 TARGET_VS_LIMIT = 0.70
 TARGET_TTFB_S = 5.0
@@ -183,6 +182,12 @@ def main() -> int:
     parser.add_argument(
         "--big-episodes", type=int, default=1000, help="episodes of the time-to-first-batch lake"
     )
+    parser.add_argument(
+        "--keyframe-interval",
+        type=int,
+        default=1,
+        help="the lake's IDR interval in frames (1: intra-only, the default; 10: a GOP per video row)",
+    )
     parser.add_argument("--peers-venv", type=Path, default=HERE / ".venv-peers")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
@@ -195,7 +200,7 @@ def main() -> int:
     unknown = sorted(set(loaders) - set(LOADERS))
     if unknown:
         parser.error(f"unknown loaders {unknown}; choose from {list(LOADERS)}")
-    config = DataConfig(episodes=episodes, duration_s=duration_s)
+    config = DataConfig(episodes=episodes, duration_s=duration_s, keyframe_interval=args.keyframe_interval)
     data = args.out / "data" / config.key
     data.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
@@ -245,9 +250,9 @@ def main() -> int:
             if name == "pi_loader_lean":
                 cmd += ["--lean"]
             if name == "pi_loader_block":
-                # one block per video chunk (the lake's GOP): neighbouring samples share decodes;
+                # one block per video row: neighbouring samples share a row's read and decodes;
                 # not the uniform shuffle the targets are about, so it is shown, not judged
-                cmd += ["--block-size", str(BLOCK_SIZE)]
+                cmd += ["--block-size", str(config.chunk_frames)]
         else:
             assert python is not None
             cmd = [
@@ -296,7 +301,12 @@ def main() -> int:
         env=env,
     )
     ttfb.update(episodes=args.big_episodes, workers=2, sql="SELECT episode_id FROM episodes")
+    storage = {"pi-lake": lake, **peer_roots}
+    storage_mb = {
+        name: round(_tree_bytes(path) / 2**20, 1) for name, path in storage.items() if path.exists()
+    }
     results = summarize(legs, ttfb, config=config, args=args, measure_s=measure_s)
+    results["storage_mb"] = storage_mb
     args.out.mkdir(parents=True, exist_ok=True)
     (args.out / "loader.json").write_text(json.dumps(results, indent=2))
     plot(results, args.out / "loader.png")
@@ -306,6 +316,10 @@ def main() -> int:
         f"({time.monotonic() - t0:.0f} s in all)"
     )
     return 0
+
+
+def _tree_bytes(root: Path) -> int:
+    return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
 
 
 def best_legs(legs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -391,6 +405,8 @@ def summarize(
             "episode_duration_s": config.duration_s,
             "rate_hz": config.rate_hz,
             "samples": config.episodes * int(config.duration_s * config.rate_hz),
+            "video_chunk_frames": config.chunk_frames,
+            "video_keyframe_interval": config.keyframe_interval,
         },
         "measure_s": measure_s,
         "machine": {"cpus": os.cpu_count()},
@@ -432,6 +448,9 @@ def print_table(results: dict[str, Any]) -> None:
             f"{t['first_batch_from_spawn_s']:.2f} s from process start (open {t['open_s']:.2f} s), "
             f"peak {t['peak_memory_mb']:.0f} MB"
         )
+    if results.get("storage_mb"):
+        sizes = ", ".join(f"{name} {mb:.1f} MB" for name, mb in results["storage_mb"].items())
+        print(f"on disk (same frames): {sizes}")
     for name, ok in results["targets"].items():
         print(f"target {name}: {'PASS' if ok else 'n/a' if ok is None else 'FAIL'}")
 

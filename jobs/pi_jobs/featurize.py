@@ -40,9 +40,14 @@ class FeaturizeConfig:
     # ~3000 frames/s per core in yuv420p (ARCHITECTURE.md), so the loader is not video-bound.
     video_width: int = 224
     video_height: int = 224
-    # A closed GOP of 10 frames: random access decodes 5.4 frames per sample on average here,
-    # versus 14.2 at GOP 30, for a few percent more bytes.
+    # Frames per video row: one Delta row per 10 frames per camera keeps the table's row count
+    # (and per-row overhead) small.
     chunk_frames: int = 10
+    # An IDR every frame (intra-only): a shuffled sample decodes exactly its own frame, not half
+    # a GOP. Measured here at 224x224 (benchmarks/loader): ~2.9x the bytes of one GOP per chunk
+    # (~2 KB/frame, still ~5x smaller than JPEG q90) for ~4x cheaper random access. Must divide
+    # chunk_frames; chunk_frames restores one closed GOP per chunk.
+    keyframe_interval: int = 1
     # CRF 20 is visually lossless for 224x224 robot footage at a fraction of CRF 0's size.
     crf: int = 20
 
@@ -52,6 +57,11 @@ class FeaturizeConfig:
                 raise ValueError(f"{name} must be a positive even number (H.264 4:2:0), got {value}")
         if self.chunk_frames < 1:
             raise ValueError(f"chunk_frames must be >= 1, got {self.chunk_frames}")
+        if self.keyframe_interval < 1 or self.chunk_frames % self.keyframe_interval:
+            raise ValueError(
+                f"keyframe_interval must be >= 1 and divide chunk_frames={self.chunk_frames} (every "
+                f"video row starts with a keyframe), got {self.keyframe_interval}"
+            )
         if not 0 <= self.crf <= 51:
             raise ValueError(f"crf must be in [0, 51] (x264's range), got {self.crf}")
 
@@ -148,6 +158,7 @@ def _transcode(
             fps=cam.spec.fps,
             chunk_frames=config.chunk_frames,
             crf=config.crf,
+            keyframe_interval=config.keyframe_interval,
         )
         # Frames stay yuv420p av.VideoFrames: the encoder only rescales, no RGB round trip.
         for frame in decode_container(cam.data):

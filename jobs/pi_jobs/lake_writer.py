@@ -16,6 +16,8 @@ distinct commits kept; of 30 same-episode pairs, 30 committed once and 30 refuse
 
 from __future__ import annotations
 
+from typing import Any
+
 import pyarrow as pa
 from pi_format import TABLE_SCHEMAS, LakeLayout
 
@@ -34,6 +36,27 @@ _ROW_GROUP_ROWS = {"steps": 1024, "video": 64, "raw": 64, "episodes": 1024, "qua
 # off, because dictionary-encoded floats make proprio files larger than raw (0.77x). delta-rs
 # ignores column_properties on nested leaves, hence the default-off + per-column-on shape.
 _DICT_COLUMNS = ("episode_id", "attempt_id", "camera", "codec", "robot_id", "robot_type", "task")
+
+
+def table_writer_properties(name: str) -> Any:
+    """The Parquet settings every writer of lake table `name` should use (a
+    `deltalake.WriterProperties`): small row groups for video, so a reader fetching one
+    episode's chunks reads only the row groups holding it, and dictionary encoding only on
+    repeated strings.
+
+    Example:
+        >>> write_deltalake(layout.table("video"), rows, writer_properties=table_writer_properties("video"))
+    """
+    from deltalake import ColumnProperties, WriterProperties
+
+    if name not in _ROW_GROUP_ROWS:
+        raise ValueError(f"unknown lake table {name!r}; expected one of {sorted(_ROW_GROUP_ROWS)}")
+    names = TABLE_SCHEMAS[name].names
+    return WriterProperties(
+        max_row_group_size=_ROW_GROUP_ROWS[name],
+        default_column_properties=ColumnProperties(dictionary_enabled=False),
+        column_properties={c: ColumnProperties(dictionary_enabled=True) for c in _DICT_COLUMNS if c in names},
+    )
 
 
 # Tries of the episodes commit when concurrent writers keep winning (delta-rs already re-tries
@@ -80,13 +103,7 @@ class LakeWriter:
         return self._committed.get(episode_id)
 
     def _append(self, name: str, rows: pa.Table, app_id: str | None = None) -> int:
-        from deltalake import (
-            ColumnProperties,
-            CommitProperties,
-            Transaction,
-            WriterProperties,
-            write_deltalake,
-        )
+        from deltalake import CommitProperties, Transaction, write_deltalake
 
         schema = TABLE_SCHEMAS[name]
         if not rows.schema.equals(schema):
@@ -96,13 +113,7 @@ class LakeWriter:
                 raise ValueError(
                     f"rows for table {name!r} must match pi_format.TABLE_SCHEMAS[{name!r}]: {err}"
                 ) from err
-        props = WriterProperties(
-            max_row_group_size=_ROW_GROUP_ROWS[name],
-            default_column_properties=ColumnProperties(dictionary_enabled=False),
-            column_properties={
-                c: ColumnProperties(dictionary_enabled=True) for c in _DICT_COLUMNS if c in schema.names
-            },
-        )
+        props = table_writer_properties(name)
         commit = (
             CommitProperties(app_transactions=[Transaction(app_id, EPISODE_TXN_VERSION)])
             if app_id is not None

@@ -9,7 +9,7 @@ it reads (`dataset.snapshot`), so the same selection reads the same data later (
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -40,6 +40,8 @@ DEFAULT_CHUNK_CACHE = 64
 # Episodes whose video rows (encoded bytes, ~0.5-2 MB each) are kept per process.
 DEFAULT_EPISODE_CACHE = 32
 _STD_FLOOR = 1e-6  # a constant dimension (std 0) normalizes to 0 instead of dividing by zero
+# (image key, shape) -> the uint8 array a batch's frames of that key are written into
+ImageAllocator = Callable[[str, tuple[int, ...]], np.ndarray]
 
 
 class Dataset:
@@ -446,9 +448,104 @@ class Dataset:
         sample["action_is_pad"] = wanted >= length
         return sample
 
-    def samples(self, flat_indices: Sequence[int] | np.ndarray) -> dict[str, np.ndarray]:
-        """A batch of samples (see `sample`) stacked into arrays; "episode_id" is a str array."""
-        return collate([self.sample(int(i)) for i in flat_indices])
+    def samples(
+        self, flat_indices: Sequence[int] | np.ndarray, *, allocate: ImageAllocator | None = None
+    ) -> dict[str, np.ndarray]:
+        """A batch of samples (see `sample`) as arrays; "episode_id" is a str array.
+
+        The same arrays as `collate([sample(i) for i in flat_indices])`, built a batch at a
+        time: proprio and actions with one gather, each frame written once into its place.
+        `allocate(key, shape)` may supply the uint8 array an image key is written into (the
+        loader's workers pass shared memory); by default it is a new array.
+
+        Raises:
+            IndexError: an index out of range. PiLoaderError: frames of one camera that differ
+            in size within the batch (set SampleSpec.resize), or video that does not decode.
+
+        Example:
+            >>> batch = ds.samples([0, 5, 9])
+            >>> batch["action"].shape  # (3, action_horizon, A)
+        """
+        flat = np.asarray(flat_indices, dtype=np.int64).reshape(-1)
+        if flat.size == 0:
+            raise ValueError("cannot build a batch of no samples")
+        bad = flat[(flat < 0) | (flat >= len(self))]
+        if bad.size:
+            raise IndexError(
+                f"flat sample index {int(bad[0])} out of range for a dataset of {len(self)} samples"
+            )
+        episodes = np.searchsorted(self._offsets, flat, side="right") - 1
+        base = self._offsets[episodes]
+        steps = flat - base
+        spec = self._spec
+        batch: dict[str, np.ndarray] = {
+            "episode_id": np.array([self._episode_ids[e] for e in episodes], dtype=np.str_),
+            "step": steps.astype(np.int32),  # int32: what JAX keeps without x64
+        }
+        if self._cameras:
+            k, stride = spec.frame_history, spec.frame_stride
+            wanted_steps = steps[:, None] - stride * np.arange(k, -1, -1)[None, :]  # [B, k+1]
+            frames = self._frame_index[base[:, None] + np.maximum(wanted_steps, 0)]  # [B, k+1, C]
+            batch.update(self._images(episodes, frames, k > 0, allocate))
+            if k:
+                batch[HISTORY_PAD_KEY] = wanted_steps < 0
+        batch["observation.state"] = self._normalized("observation.state", self._proprio[flat])
+        wanted = steps[:, None] + np.arange(spec.action_horizon)[None, :]  # [B, H]
+        lengths = self._lengths[episodes][:, None]
+        batch["action"] = self._normalized(
+            "action", self._action[base[:, None] + np.minimum(wanted, lengths - 1)]
+        )
+        batch["action_is_pad"] = wanted >= lengths
+        return batch
+
+    def _images(
+        self, episodes: np.ndarray, frames: np.ndarray, history: bool, allocate: ImageAllocator | None
+    ) -> dict[str, np.ndarray]:
+        """Per camera, [B, H, W, 3] (or [B, k+1, H, W, 3] with history) frames.
+
+        Samples are visited grouped by episode with every camera at once, so an episode's video
+        rows are read at most once per batch even when the episode cache is smaller than the
+        batch's episodes (a shuffled batch over a large dataset touches ~B episodes).
+        """
+        outs: list[np.ndarray | None] = [None] * len(self._cameras)
+        for b in np.argsort(episodes, kind="stable"):
+            e = int(episodes[b])
+            for c, camera in enumerate(self._cameras):
+                for j, frame_index in enumerate(frames[b, :, c]):
+                    image = self._image(e, camera, int(frame_index))
+                    out = outs[c]
+                    if out is None:
+                        shape = (len(episodes), *((frames.shape[1],) if history else ()), *image.shape)
+                        key = IMAGE_KEY_PREFIX + camera
+                        out = outs[c] = (
+                            np.empty(shape, np.uint8) if allocate is None else allocate(key, shape)
+                        )
+                    if image.shape != out.shape[-3:]:
+                        raise PiLoaderError(
+                            f"camera {camera!r}: episode {self._episode_ids[e]} has {image.shape[1]}x"
+                            f"{image.shape[0]} frames, others in the batch {out.shape[-2]}x"
+                            f"{out.shape[-3]} (width x height); set SampleSpec(resize=(height, width)) "
+                            "to batch them"
+                        )
+                    out[(b, j) if history else b] = image
+        images: dict[str, np.ndarray] = {}
+        for camera, out in zip(self._cameras, outs, strict=True):
+            assert out is not None
+            images[IMAGE_KEY_PREFIX + camera] = out
+        return images
+
+    def image_shapes(self) -> dict[str, tuple[int, ...]]:
+        """Largest shape of one sample's image array per image key: (H, W, 3), or
+        (k+1, H, W, 3) with frame history. Frames of a batch share one shape."""
+        spec = self._spec
+        if spec.resize is not None:
+            height, width = spec.resize
+        elif spec.crop is not None:
+            height, width = spec.crop[2], spec.crop[3]
+        else:
+            height, width = (max(s[i] for s in self._sizes) for i in (0, 1))
+        history = (spec.frame_history + 1,) if spec.frame_history else ()
+        return {IMAGE_KEY_PREFIX + c: (*history, height, width, 3) for c in self._cameras}
 
     def _image(self, e: int, camera: str, frame_index: int) -> np.ndarray:
         rgb = self._video.frame(self._episode_ids[e], self._attempt_ids[e], camera, frame_index)

@@ -4,7 +4,9 @@ The order of samples is a pure function of (snapshot, seed, epoch, shard index, 
 (architecture decision 5): the main process computes it and cuts it into batches; batch b goes to
 worker b % num_workers and comes back in order, so the number of workers changes speed, never
 the batches. At most `prefetch_batches` batches are in flight, which with the workers' decoded-
-chunk LRUs bounds memory. The state (`get_state`) counts only the batches handed out.
+chunk LRUs bounds memory. Workers write frames into shared-memory slots (`_shared_batches`), so
+a batch's images cross to the main process without pickling. The state (`get_state`) counts
+only the batches handed out.
 """
 
 from __future__ import annotations
@@ -23,6 +25,13 @@ import numpy as np
 from pi_loader._dataset import Dataset
 from pi_loader._errors import LoaderStateError, PiLoaderError, WorkerError
 from pi_loader._order import ShardSpec, block_order, check_seed, sample_order, shard_order
+from pi_loader._shared_batches import (
+    ArrayPlacement,
+    SlotPool,
+    SlotTicket,
+    SlotWriter,
+    shared_memory_available,
+)
 
 STATE_FORMAT = "pi_loader.loader_state/1"
 # How often the main process checks that workers are alive while it waits for a batch.
@@ -35,12 +44,17 @@ class LoaderStats:
 
     `chunk_decodes / samples` is the locality figure: with a global shuffle nearly every sample
     decodes a fresh chunk per camera; block shuffle lowers it towards 1/block_size.
+    `shared_memory_slots` is how many batch-sized shared-memory slots the loader holds now
+    (`shared_memory_bytes` in all): about prefetch_batches + 2 when each batch is dropped before
+    the next, more while batches are kept.
     """
 
     samples: int
     batches: int
     chunk_decodes: int
     video_reads: int
+    shared_memory_slots: int = 0
+    shared_memory_bytes: int = 0
 
     @property
     def decoded_chunks_per_sample(self) -> float:
@@ -52,10 +66,24 @@ def _counters(dataset: Dataset) -> tuple[int, int]:
     return stats["chunk_decodes"], stats["video_reads"]
 
 
+def _build(
+    dataset: Dataset, indices: np.ndarray, ticket: SlotTicket | None, writer: SlotWriter
+) -> tuple[dict[str, np.ndarray], dict[str, ArrayPlacement], list[str]]:
+    """A batch for the main process: (arrays to pickle, arrays placed in the slot, key order)."""
+    if ticket is None:
+        batch = dataset.samples(indices)
+        return batch, {}, list(batch)
+    allocate, placements = writer.allocator(ticket)
+    batch = dataset.samples(indices, allocate=allocate)
+    order = list(batch)
+    return {k: v for k, v in batch.items() if k not in placements}, placements, order
+
+
 def _worker_main(dataset: Dataset, tasks: Any, results: Any) -> None:
     # Runs in a worker process: build batches until told to stop (None).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     parent = os.getppid()
+    writer = SlotWriter()
     while True:
         try:
             task = tasks.get(timeout=_POLL_S)
@@ -65,12 +93,13 @@ def _worker_main(dataset: Dataset, tasks: Any, results: Any) -> None:
             continue
         if task is None:
             return
-        generation, batch_number, indices = task
+        generation, batch_number, indices, ticket = task
         before = _counters(dataset)
         try:
-            batch = dataset.samples(indices)
+            built = _build(dataset, indices, ticket, writer)
             after = _counters(dataset)
-            results.put((generation, batch_number, batch, (after[0] - before[0], after[1] - before[1]), None))
+            counters = (after[0] - before[0], after[1] - before[1])
+            results.put((generation, batch_number, built, counters, None))
         except BaseException as err:  # sent to the main process, which raises it
             try:
                 results.put((generation, batch_number, None, (0, 0), err))
@@ -108,6 +137,10 @@ class Loader:
             "fork" starts faster, 0.4 s instead of 1.5 s to the first batch with 2 workers here,
             and is safe for pi_loader itself since workers never call deltalake, but not once
             JAX or CUDA run threads in the main process).
+        shared_memory: with workers, carry images in shared memory (Linux; elsewhere, or with
+            False, batches are pickled). The arrays of a batch then live in a slot that is
+            reused only once they are all garbage, so keeping batches is safe; it only keeps
+            their slots (one batch's bytes each) out of the pool.
 
     Raises:
         ShardError: a bad shard, or too few samples for the shards.
@@ -136,6 +169,7 @@ class Loader:
         drop_last: bool = False,
         drop_remainder: bool = False,
         mp_context: str = "spawn",
+        shared_memory: bool = True,
     ) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset must be a pi_loader.Dataset, got {type(dataset).__name__}")
@@ -173,6 +207,9 @@ class Loader:
         self._drop_last = bool(drop_last)
         self._drop_remainder = bool(drop_remainder)
         self._mp_context = mp_context
+        self._shared_memory = bool(shared_memory) and shared_memory_available()
+        self._pool: SlotPool | None = None
+        self._slots: dict[tuple[int, int], Any] = {}  # (generation, batch number) -> slot in flight
         self._epoch = dataset.epoch
         self._position = 0  # samples of this epoch's shard already handed out
         self._order_cache: tuple[int, np.ndarray] | None = None
@@ -284,11 +321,14 @@ class Loader:
 
     def stats(self) -> LoaderStats:
         """What was handed out since construction, and the chunk decodes and video reads it took."""
+        pool = self._pool
         return LoaderStats(
             samples=self._samples,
             batches=self._batches,
             chunk_decodes=self._chunk_decodes,
             video_reads=self._video_reads,
+            shared_memory_slots=0 if pool is None else pool.slot_count,
+            shared_memory_bytes=0 if pool is None else pool.slot_count * pool.slot_bytes,
         )
 
     # -- iteration -------------------------------------------------------------------------
@@ -333,6 +373,10 @@ class Loader:
         if self._workers:
             return
         ctx: Any = multiprocessing.get_context(self._mp_context)
+        shapes = self._dataset.image_shapes()
+        if self._shared_memory and shapes:
+            per_key = [self._batch_size * int(np.prod(shape)) for shape in shapes.values()]
+            self._pool = SlotPool(sum(-(-n // 64) * 64 for n in per_key), max_free_slots=self._prefetch + 2)
         self._results = ctx.Queue()
         for w in range(self._num_workers):
             tasks = ctx.Queue()
@@ -354,7 +398,12 @@ class Loader:
         sent = 0
         for b in range(len(work)):
             while sent < len(work) and sent < b + self._prefetch:
-                self._tasks[sent % self._num_workers].put((generation, sent, work[sent][1]))
+                ticket = None
+                if self._pool is not None:
+                    slot = self._pool.acquire()
+                    self._slots[(generation, sent)] = slot
+                    ticket = slot.ticket
+                self._tasks[sent % self._num_workers].put((generation, sent, work[sent][1], ticket))
                 sent += 1
             while b not in done:
                 self._receive(generation, done)
@@ -366,7 +415,7 @@ class Loader:
 
     def _receive(self, generation: int, done: dict[int, Any]) -> None:
         try:
-            gen, number, batch, counters, err = self._results.get(timeout=_POLL_S)
+            gen, number, built, counters, err = self._results.get(timeout=_POLL_S)
         except queue.Empty:
             dead = [p for p in self._workers if not p.is_alive()]
             if dead:
@@ -377,14 +426,24 @@ class Loader:
                     "killed it (-9: out of memory?)"
                 ) from None
             return
-        if gen != generation:
-            return  # a batch of an iteration that was abandoned
+        slot = self._slots.pop((gen, number), None)
+        if gen != generation:  # a batch of an iteration that was abandoned: its slot is free again
+            if slot is not None and self._pool is not None:
+                self._pool.release(slot)
+            return
         if err is not None:
             self.close()
             if isinstance(err, PiLoaderError | ValueError | KeyError | IndexError):
                 raise err
             raise WorkerError(f"loader worker failed on batch {number}: {err!r}") from err
-        done[number] = (batch, counters)
+        pickled, placements, order = built
+        shared: dict[str, np.ndarray] = {}
+        if slot is not None and self._pool is not None:
+            if placements:
+                shared = self._pool.arrays(slot, placements)
+            else:
+                self._pool.release(slot)
+        done[number] = ({key: shared[key] if key in shared else pickled[key] for key in order}, counters)
 
     def close(self) -> None:
         """Stop the worker processes (they are started again by the next iteration)."""
@@ -401,6 +460,10 @@ class Loader:
                 q.cancel_join_thread()
                 q.close()
         self._workers, self._tasks, self._results = [], [], None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self._slots.clear()
 
     def __enter__(self) -> Loader:
         return self

@@ -5,6 +5,8 @@ from __future__ import annotations
 import av
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pi_format import VideoError
 from pi_format.video import (
     ChunkDecoder,
@@ -14,8 +16,10 @@ from pi_format.video import (
     decode_container,
     encode_chunks,
     encode_mp4,
+    frame_to_rgb,
     yuv420p_to_rgb,
 )
+from pi_format.video.reader import split_access_units
 
 H, W = 64, 96
 # Bound for crf 20 on these saturated colour waves at 96x64: measured 30.5-32 dB here, where
@@ -125,6 +129,8 @@ def test_chunked_encoder_context_manager_and_resize() -> None:
         ({"height": 63}, "width and height must be positive and even"),
         ({"chunk_frames": 0}, "chunk_frames must be >= 1"),
         ({"crf": 52}, r"crf must be in \[0, 51\]"),
+        ({"keyframe_interval": 3}, "keyframe_interval must be >= 1 and divide chunk_frames=10"),
+        ({"keyframe_interval": 0}, "keyframe_interval must be >= 1 and divide chunk_frames=10"),
     ],
 )
 def test_chunked_encoder_validation(kwargs: dict[str, int], match: str) -> None:
@@ -205,3 +211,94 @@ def test_chunk_decoder_is_safe_across_threads() -> None:
     with ThreadPoolExecutor(8) as pool:
         got = list(pool.map(decoder.rgb, order))
     assert all(np.array_equal(g, want[i]) for g, i in zip(got, order, strict=True))
+
+
+@pytest.mark.parametrize("keyframe_interval", [1, 2, 5, 10])
+def test_access_unit_split_agrees_with_ffmpeg_parser(keyframe_interval: int) -> None:
+    chunks = encode_chunks(
+        _frames(23), width=W, height=H, fps=30.0, chunk_frames=10, keyframe_interval=keyframe_interval
+    )
+    for chunk in chunks:
+        units = split_access_units(chunk.data)
+        assert units is not None
+        packets = _packets(chunk.data)
+        assert [bytes(p) for p in packets] == [unit for unit, _ in units]
+        assert [key for _, key in units] == [i % keyframe_interval == 0 for i in range(chunk.frame_count)]
+        assert ChunkDecoder(chunk.data).intra_only == (keyframe_interval == 1)
+
+
+def test_access_unit_split_declines_what_is_not_annex_b() -> None:
+    assert split_access_units(b"") is None
+    assert split_access_units(b"\x01\x00\x00\x01\x65\x88") is None  # bytes before the start code
+    assert split_access_units(b"\x00\x00\x01\x67\x42") is None  # parameters, no picture
+    assert split_access_units(b"\x00\x00\x01") is None  # a start code with nothing after it
+
+
+def test_intra_chunks_decode_one_frame_each() -> None:
+    chunk = encode_chunks(_frames(10), width=W, height=H, fps=30.0, chunk_frames=10, keyframe_interval=1)[0]
+    want = decode_chunk_rgb(chunk.data, height=H, width=W)
+    decoder = ChunkDecoder(chunk.data)
+    assert np.array_equal(decoder.rgb(7), want[7])
+    assert decoder.frames_decoded == 1  # nothing before frame 7 was decoded
+    assert np.array_equal(decoder.rgb(2), want[2]) and decoder.frames_decoded == 2
+    with pytest.raises(VideoError, match="frame 10 was asked for"):
+        decoder.rgb(10)
+
+
+def test_frame_to_rgb_is_pyav_rgb24_conversion() -> None:
+    chunk = encode_chunks(_frames(3), width=W, height=H, fps=30.0, chunk_frames=3)[0]
+    for frame in ChunkDecoder(chunk.data).all_frames():
+        assert np.array_equal(frame_to_rgb(frame), frame.to_ndarray(format="rgb24"))
+
+
+_ACCESS_CHUNKS = {
+    keyint: encode_chunks(_frames(20), width=W, height=H, fps=30.0, chunk_frames=10, keyframe_interval=keyint)
+    for keyint in (1, 5, 10)
+}
+_ACCESS_WANT = {
+    keyint: [decode_chunk_rgb(c.data, height=H, width=W) for c in chunks]
+    for keyint, chunks in _ACCESS_CHUNKS.items()
+}
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.sampled_from((1, 5, 10)), st.integers(0, 1), st.integers(0, 9)), min_size=1, max_size=30
+    )
+)
+def test_random_access_across_interleaved_chunks_equals_sequential_decode(
+    reads: list[tuple[int, int, int]],
+) -> None:
+    # Intra chunks share the thread's codec context and GOP chunks keep cursors of their own:
+    # any interleaving of reads must give each chunk's frames exactly as a full decode does.
+    decoders = {
+        (keyint, i): ChunkDecoder(chunk.data)
+        for keyint, chunks in _ACCESS_CHUNKS.items()
+        for i, chunk in enumerate(chunks)
+    }
+    for keyint, chunk_index, frame_index in reads:
+        got = decoders[(keyint, chunk_index)].rgb(frame_index)
+        assert np.array_equal(got, _ACCESS_WANT[keyint][chunk_index][frame_index])
+
+
+def _decode_in_child(data: bytes, results: object) -> None:
+    results.put(decode_chunk_rgb(data, height=H, width=W)[5].sum())  # type: ignore[attr-defined]
+
+
+def test_decoding_works_in_a_forked_child_after_decoding_in_the_parent() -> None:
+    # torch's DataLoader forks workers: FFmpeg thread state made before the fork must not be
+    # reused in the child (swscale threads made it wait forever).
+    import multiprocessing
+
+    chunk = encode_chunks(_frames(10), width=W, height=H, fps=30.0, chunk_frames=10, keyframe_interval=1)[0]
+    want = decode_chunk_rgb(chunk.data, height=H, width=W)[5].sum()
+    ctx = multiprocessing.get_context("fork")
+    results = ctx.Queue()
+    child = ctx.Process(target=_decode_in_child, args=(chunk.data, results))
+    child.start()
+    child.join(timeout=60)
+    if child.is_alive():
+        child.kill()
+        pytest.fail("decoding in a forked child hung")
+    assert child.exitcode == 0 and results.get(timeout=5) == want

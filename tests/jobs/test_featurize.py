@@ -102,6 +102,8 @@ def test_align_frames_rejects_bad_frames() -> None:
         ({"video_height": 0}, "video_height"),
         ({"chunk_frames": 0}, "chunk_frames"),
         ({"crf": 52}, "crf"),
+        ({"chunk_frames": 10, "keyframe_interval": 4}, "keyframe_interval must be >= 1 and divide"),
+        ({"keyframe_interval": 0}, "keyframe_interval must be >= 1 and divide"),
     ],
 )
 def test_config_validation(kwargs: dict[str, int], match: str) -> None:
@@ -216,3 +218,20 @@ def test_unordered_frame_timestamps_are_bad_values() -> None:
     with pytest.raises(ProtocolError, match="non-decreasing") as info:
         _featurize(_episode(cameras=(back,)))
     assert info.value.reason is QuarantineReason.BAD_VALUES
+
+
+@pytest.mark.parametrize(("keyframe_interval", "intra"), [(None, True), (2, False), (4, False)])
+def test_video_keyframe_interval(keyframe_interval: int | None, intra: bool) -> None:
+    from dataclasses import replace
+
+    from pi_format.video import ChunkDecoder
+    from pi_format.video.reader import split_access_units
+
+    config = CONFIG if keyframe_interval is None else replace(CONFIG, keyframe_interval=keyframe_interval)
+    cam, _ = _camera("cam_a", 0, 10, 10.0)
+    video = _featurize(_episode(cameras=(cam,)), config).video.to_pylist()
+    for row in video:
+        units = split_access_units(row["data"])
+        assert units is not None
+        assert [key for _, key in units] == [i % config.keyframe_interval == 0 for i in range(len(units))]
+        assert ChunkDecoder(row["data"]).intra_only == intra

@@ -1,7 +1,13 @@
 """Video codecs: robot camera containers in, short independently decodable chunks out."""
 
 from pi_format.video._color import yuv420p_to_rgb
-from pi_format.video.reader import ChunkDecoder, decode_chunk_rgb, decode_chunk_yuv, decode_container
+from pi_format.video.reader import (
+    ChunkDecoder,
+    decode_chunk_rgb,
+    decode_chunk_yuv,
+    decode_container,
+    frame_to_rgb,
+)
 from pi_format.video.writer import ChunkedVideoEncoder, VideoChunk, encode_chunks, encode_mp4
 
 __all__ = [
@@ -13,5 +19,6 @@ __all__ = [
     "decode_container",
     "encode_chunks",
     "encode_mp4",
+    "frame_to_rgb",
     "yuv420p_to_rgb",
 ]
