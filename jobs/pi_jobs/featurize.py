@@ -44,10 +44,11 @@ class FeaturizeConfig:
     # (and per-row overhead) small.
     chunk_frames: int = 10
     # An IDR every frame (intra-only): a shuffled sample decodes exactly its own frame, not half
-    # a GOP. Measured here at 224x224 on the simulator's frames: ~2.9x the video bytes of one GOP
-    # per chunk (the whole lake is still 2.8x smaller than Mosaic's JPEG shards, 1.9x larger than
-    # LeRobot's AV1), and shuffled decoding ~3.6x faster (benchmarks/loader, limit leg). Must
-    # divide chunk_frames; chunk_frames restores one closed GOP per chunk.
+    # a GOP. Measured here at 224x224 on the simulator's frames: 2.1-2.9x the video bytes of one
+    # GOP per chunk (~2.2 KB/frame; the whole lake is still 2.8x smaller than Mosaic's JPEG
+    # shards, 1.9x larger than LeRobot's AV1), and shuffled decoding ~3.6x faster
+    # (benchmarks/loader, limit leg). Must divide chunk_frames; chunk_frames restores one closed
+    # GOP per chunk.
     keyframe_interval: int = 1
     # CRF 20 is visually lossless for 224x224 robot footage at a fraction of CRF 0's size.
     crf: int = 20
