@@ -59,11 +59,9 @@ class FeaturizeConfig:
                 raise ValueError(f"{name} must be a positive even number (H.264 4:2:0), got {value}")
         if self.chunk_frames < 1:
             raise ValueError(f"chunk_frames must be >= 1, got {self.chunk_frames}")
-        if self.keyframe_interval < 1 or self.chunk_frames % self.keyframe_interval:
-            raise ValueError(
-                f"keyframe_interval must be >= 1 and divide chunk_frames={self.chunk_frames} (every "
-                f"video row starts with a keyframe), got {self.keyframe_interval}"
-            )
+        from pi_format.video import check_keyframe_interval
+
+        check_keyframe_interval(self.keyframe_interval, self.chunk_frames)
         if not 0 <= self.crf <= 51:
             raise ValueError(f"crf must be in [0, 51] (x264's range), got {self.crf}")
 

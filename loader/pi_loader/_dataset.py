@@ -429,23 +429,10 @@ class Dataset:
             raise IndexError(
                 f"flat sample index {flat_index} out of range for a dataset of {len(self)} samples"
             )
-        e, step = self._split(flat)
-        spec = self._spec
-        base, length = int(self._offsets[e]), int(self._lengths[e])
-        sample: dict[str, object] = {"episode_id": self._episode_ids[e], "step": step}
-        if self._cameras:
-            k, stride = spec.frame_history, spec.frame_stride
-            wanted_steps = step - stride * np.arange(k, -1, -1)
-            rows = base + np.maximum(wanted_steps, 0)
-            for c, camera in enumerate(self._cameras):
-                frames = [self._image(e, camera, int(f)) for f in self._frame_index[rows, c]]
-                sample[IMAGE_KEY_PREFIX + camera] = frames[0] if k == 0 else np.stack(frames)
-            if k:
-                sample[HISTORY_PAD_KEY] = wanted_steps < 0
-        sample["observation.state"] = self._normalized("observation.state", self._proprio[flat])
-        wanted = np.arange(step, step + spec.action_horizon)
-        sample["action"] = self._normalized("action", self._action[base + np.minimum(wanted, length - 1)])
-        sample["action_is_pad"] = wanted >= length
+        # One gather path for samples and batches: a sample is row 0 of a batch of one.
+        batch = self.samples([flat])
+        sample: dict[str, object] = {key: value[0] for key, value in batch.items()}
+        sample["episode_id"], sample["step"] = str(batch["episode_id"][0]), int(batch["step"][0])
         return sample
 
     def samples(
@@ -455,6 +442,7 @@ class Dataset:
 
         The same arrays as `collate([sample(i) for i in flat_indices])`, built a batch at a
         time: proprio and actions with one gather, each frame written once into its place.
+        `sample` itself is row 0 of a batch of one.
         `allocate(key, shape)` may supply the uint8 array an image key is written into (the
         loader's workers pass shared memory); by default it is a new array.
 

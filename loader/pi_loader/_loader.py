@@ -30,6 +30,7 @@ from pi_loader._shared_batches import (
     SlotPool,
     SlotTicket,
     SlotWriter,
+    aligned_bytes,
     shared_memory_available,
 )
 
@@ -375,8 +376,8 @@ class Loader:
         ctx: Any = multiprocessing.get_context(self._mp_context)
         shapes = self._dataset.image_shapes()
         if self._shared_memory and shapes:
-            per_key = [self._batch_size * int(np.prod(shape)) for shape in shapes.values()]
-            self._pool = SlotPool(sum(-(-n // 64) * 64 for n in per_key), max_free_slots=self._prefetch + 2)
+            slot_bytes = sum(aligned_bytes(self._batch_size * int(np.prod(s))) for s in shapes.values())
+            self._pool = SlotPool(slot_bytes, max_free_slots=self._prefetch + 2)
         self._results = ctx.Queue()
         for w in range(self._num_workers):
             tasks = ctx.Queue()

@@ -28,6 +28,11 @@ import numpy as np
 _ALIGN_BYTES = 64  # cache-line aligned arrays
 
 
+def aligned_bytes(size_bytes: int) -> int:
+    """`size_bytes` rounded up to where the next array in a slot may start."""
+    return -(-size_bytes // _ALIGN_BYTES) * _ALIGN_BYTES
+
+
 def shared_memory_available() -> bool:
     """True where slots work: `os.memfd_create` and /proc/<pid>/fd exist."""
     return hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd")
@@ -185,7 +190,7 @@ class SlotWriter:
             offset = used[0]
             if mapped is None or offset + size > ticket.size_bytes:  # pickled instead
                 return np.empty(shape, np.uint8)
-            used[0] = -(-(offset + size) // _ALIGN_BYTES) * _ALIGN_BYTES
+            used[0] = aligned_bytes(offset + size)
             placements[key] = ArrayPlacement(offset, tuple(shape), np.dtype(np.uint8).str)
             return np.ndarray(shape, np.uint8, buffer=mapped, offset=offset)
 

@@ -8,12 +8,19 @@ from pi_format.video.reader import (
     decode_container,
     frame_to_rgb,
 )
-from pi_format.video.writer import ChunkedVideoEncoder, VideoChunk, encode_chunks, encode_mp4
+from pi_format.video.writer import (
+    ChunkedVideoEncoder,
+    VideoChunk,
+    check_keyframe_interval,
+    encode_chunks,
+    encode_mp4,
+)
 
 __all__ = [
     "ChunkDecoder",
     "ChunkedVideoEncoder",
     "VideoChunk",
+    "check_keyframe_interval",
     "decode_chunk_rgb",
     "decode_chunk_yuv",
     "decode_container",

@@ -76,6 +76,20 @@ def encode_mp4(
     return buf.getvalue()
 
 
+def check_keyframe_interval(keyframe_interval: int, chunk_frames: int) -> None:
+    """Raise ValueError unless `keyframe_interval` is >= 1 and divides `chunk_frames` (every
+    chunk must start with a keyframe).
+
+    Example:
+        >>> check_keyframe_interval(5, 10)
+    """
+    if keyframe_interval < 1 or chunk_frames % keyframe_interval:
+        raise ValueError(
+            f"keyframe_interval must be >= 1 and divide chunk_frames={chunk_frames} (every chunk "
+            f"starts with a keyframe), got {keyframe_interval}"
+        )
+
+
 class ChunkedVideoEncoder:
     """Encode frames into `VideoChunk`s of `chunk_frames` frames each, at a fixed size.
 
@@ -105,11 +119,7 @@ class ChunkedVideoEncoder:
         if chunk_frames < 1:
             raise ValueError(f"chunk_frames must be >= 1, got {chunk_frames}")
         keyint = chunk_frames if keyframe_interval is None else keyframe_interval
-        if keyint < 1 or chunk_frames % keyint:
-            raise ValueError(
-                f"keyframe_interval must be >= 1 and divide chunk_frames={chunk_frames} (every chunk "
-                f"starts with a keyframe), got {keyframe_interval}"
-            )
+        check_keyframe_interval(keyint, chunk_frames)
         if not 0 <= crf <= 51:
             raise ValueError(f"crf must be in [0, 51], got {crf}")
         self.width, self.height, self.chunk_frames = width, height, chunk_frames
