@@ -31,7 +31,7 @@ def stack_settings(tmp_path_factory: pytest.TempPathFactory):  # -> pi_jobs.sett
 @pytest.fixture(scope="session")
 def broker(stack_settings) -> Iterator[str]:
     """A real Tansu broker on loopback for the whole session; yields bootstrap servers."""
-    from pi_jobs.stack import ensure_topics, start_broker, stop_broker
+    from pi_jobs.local.stack import ensure_topics, start_broker, stop_broker
 
     start_broker(stack_settings)
     ensure_topics(stack_settings.bootstrap_servers)

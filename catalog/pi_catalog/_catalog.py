@@ -13,21 +13,16 @@ works and closes it again (~50 ms); a stream job and `pilake sql` then take turn
 from __future__ import annotations
 
 import contextlib
-import errno
-import fcntl
 import json
-import os
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlsplit
 
 import pyarrow as pa
-from pi_format.layout import LakeLayout
-from pi_format.schemas import EPISODES_SCHEMA
+from pi_format import EPISODES_SCHEMA, LakeLayout
 
-from pi_catalog._errors import CatalogLockTimeout, CatalogQueryError, PiCatalogError
+from pi_catalog._connection import ServerLocation, connect, exclusive_lock, parse_location
+from pi_catalog._errors import CatalogQueryError, PiCatalogError
 from pi_catalog._schema import (
     EPISODES_VIEW,
     INDEX_ARROW_SCHEMA,
@@ -38,44 +33,8 @@ from pi_catalog._schema import (
     index_ddl,
 )
 
-USER_ENV = "PILAKE_CLICKHOUSE_USER"
-PASSWORD_ENV = "PILAKE_CLICKHOUSE_PASSWORD"
-
-# Polling interval while waiting for the lock: short next to a ~50 ms catalog operation.
-_LOCK_POLL_S = 0.02
 # Rows per INSERT when rebuilding: bounds memory on a large lake, still few inserts.
 _REBUILD_BATCH_ROWS = 50_000
-
-
-@dataclass(frozen=True, slots=True)
-class _ServerLocation:
-    host: str
-    port: int
-    database: str
-    secure: bool
-
-
-def _parse_location(location: str) -> str | _ServerLocation:
-    if not isinstance(location, str | os.PathLike):
-        raise TypeError(f"location must be a path or an http(s) URL string, got {type(location).__name__}")
-    location = os.fspath(location)
-    if not location:
-        raise ValueError("location must be a filesystem path or 'http://host:port[/db]', got ''")
-    if location.startswith(("http://", "https://")):
-        parts = urlsplit(location)
-        if not parts.hostname:
-            raise ValueError(f"location {location!r} has no host; use 'http://host:port[/db]'")
-        secure = parts.scheme == "https"
-        database = parts.path.strip("/") or "default"
-        if "/" in database:
-            raise ValueError(f"location {location!r}: the path must be one database name, got {database!r}")
-        return _ServerLocation(parts.hostname, parts.port or (8443 if secure else 8123), database, secure)
-    if "://" in location:
-        raise ValueError(
-            f"location {location!r} is neither a filesystem path (chdb) nor an http(s):// URL "
-            "(ClickHouse server)"
-        )
-    return os.path.abspath(location)
 
 
 class Catalog:
@@ -102,8 +61,8 @@ class Catalog:
     def __init__(self, location: str, *, lock_timeout_s: float = 60.0) -> None:
         if not lock_timeout_s >= 0:
             raise ValueError(f"lock_timeout_s must be >= 0 seconds, got {lock_timeout_s}")
-        self._target = _parse_location(location)
-        self.location = location if isinstance(self._target, _ServerLocation) else self._target
+        self._target = parse_location(location)
+        self.location = location if isinstance(self._target, ServerLocation) else self._target
         self.lock_timeout_s = float(lock_timeout_s)
 
     def __repr__(self) -> str:
@@ -122,60 +81,9 @@ class Catalog:
     # -- sessions -------------------------------------------------------------------------
 
     @contextlib.contextmanager
-    def _locked(self) -> Iterator[None]:
-        lock_path = self.lock_path
-        if lock_path is None:  # a server serializes its own clients
-            yield
-            return
-        os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-        fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-        try:
-            deadline = time.monotonic() + self.lock_timeout_s
-            while True:
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    break
-                except OSError as err:
-                    if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                        raise
-                    if time.monotonic() >= deadline:
-                        raise CatalogLockTimeout(lock_path, self.lock_timeout_s) from None
-                    time.sleep(_LOCK_POLL_S)
-            try:
-                yield
-            finally:
-                fcntl.flock(fd, fcntl.LOCK_UN)
-        finally:
-            os.close(fd)
-
-    def _connect(self) -> Any:
-        try:
-            import clickhouse_connect
-        except ImportError as err:
-            raise ImportError(
-                "pi_catalog needs clickhouse-connect and chdb: pip install 'pi-lake[catalog]'"
-            ) from err
-        target = self._target
-        try:
-            if isinstance(target, str):
-                os.makedirs(target, exist_ok=True)
-                return clickhouse_connect.get_client(dsn=f"chdb://{target}")
-            return clickhouse_connect.get_client(
-                host=target.host,
-                port=target.port,
-                database=target.database,
-                secure=target.secure,
-                username=os.environ.get(USER_ENV, "default"),
-                password=os.environ.get(PASSWORD_ENV, ""),
-            )
-        except Exception as err:
-            # Never echo credentials: the message names the location only.
-            raise PiCatalogError(f"cannot open the catalog at {self.location}: {err}") from err
-
-    @contextlib.contextmanager
     def _session(self) -> Iterator[Any]:
-        with self._locked():
-            client = self._connect()
+        with exclusive_lock(self.lock_path, self.lock_timeout_s):
+            client = connect(self._target, self.location)
             try:
                 yield client
             finally:

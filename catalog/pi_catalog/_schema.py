@@ -8,7 +8,7 @@ episode twice (a replayed commit, a rebuild) leaves one row after dedup. Users q
 from __future__ import annotations
 
 import pyarrow as pa
-from pi_format.schemas import EPISODES_SCHEMA
+from pi_format import EPISODES_SCHEMA
 
 INDEX_TABLE = "episodes_index"
 EPISODES_VIEW = "episodes"

@@ -1,12 +1,12 @@
-"""pi_format: the episode model, wire protocol v1, Delta table schemas and video codecs.
+"""pi_format: the episode model, wire protocol v1, the lake-table protocol (pi_format.lake) and
+video codecs.
 
 Everything else in pi-lake speaks these types. See format/SPEC.md.
 """
 
 from pi_format.episode import CameraSpec, CameraVideo, Episode, EpisodeMeta
 from pi_format.errors import PiFormatError, ProtocolError, QuarantineReason, VideoError
-from pi_format.layout import LakeLayout
-from pi_format.schemas import (
+from pi_format.lake import (
     EPISODES_SCHEMA,
     QUARANTINE_RELEASES_SCHEMA,
     QUARANTINE_SCHEMA,
@@ -14,6 +14,7 @@ from pi_format.schemas import (
     STEPS_SCHEMA,
     TABLE_SCHEMAS,
     VIDEO_SCHEMA,
+    LakeLayout,
 )
 from pi_format.topics import ACK_TOPIC, RAW_TOPIC, RAW_TOPIC_PARTITIONS, Ack, AckStatus
 

@@ -13,7 +13,7 @@ Example:
 
 from pi_loader._cache import CacheConfig, StorageError
 from pi_loader._contact_sheet import contact_sheet
-from pi_loader._dataset import Dataset, collate
+from pi_loader._dataset import Dataset
 from pi_loader._errors import (
     HorizonTooLongError,
     LoaderStateError,
@@ -24,6 +24,7 @@ from pi_loader._errors import (
     UnknownCameraError,
     WorkerError,
 )
+from pi_loader._gather import collate
 from pi_loader._lake import Stats
 from pi_loader._loader import Loader, LoaderStats
 from pi_loader._order import ShardSpec, block_order, sample_order, shard_order

@@ -1,47 +1,43 @@
 """`Dataset`: (episode, step) samples of a pinned selection of committed episodes.
 
-Last stage of the data flow: episode ids come from the catalog (SQL), a snapshot or the caller;
-per-step arrays are read once at open from the Delta `steps` table (only the files that hold the
-selected episodes), frames lazily from `video`. Opening records the Delta version of every table
-it reads (`dataset.snapshot`), so the same selection reads the same data later (decision 6).
+Last stage of the data flow, in three steps: `_selection` turns SQL over the catalog, ids or a
+snapshot into the committed episodes rows and records the Delta version of every table it reads
+(`dataset.snapshot`), so the same selection reads the same data later (decision 6); per-step
+arrays are read once at open from the Delta `steps` table (only the files that hold the
+selected episodes) and numbered by `_sample_index`; `_gather` cuts samples and batches out of
+them and out of the frames, which `_video` reads lazily from `video`.
 """
 
 from __future__ import annotations
 
 import operator
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from pi_format.layout import LakeLayout
+from pi_format import LakeLayout
 
 from pi_loader._cache import CacheConfig
-from pi_loader._errors import HorizonTooLongError, PiLoaderError, SnapshotError, UnknownCameraError
-from pi_loader._lake import (
-    EpisodeData,
-    Stats,
-    TableFiles,
-    make_storage,
-    pooled_stats,
-    read_committed_episodes,
-    read_steps,
-    resolve_tables,
-)
+from pi_loader._gather import ImageAllocator, SampleGather, camera_frame_index
+from pi_loader._lake import EpisodeData, Stats, make_storage, pooled_stats, read_steps
 from pi_loader._order import check_seed, sample_order
+from pi_loader._sample_index import SampleIndex
+from pi_loader._selection import (
+    check_spec_fits,
+    choose_cameras,
+    resolve_ids,
+    resolve_snapshot,
+    select_episodes,
+)
 from pi_loader._snapshot import Snapshot
-from pi_loader._spec import SampleSpec
+from pi_loader._spec import SampleSpec, spec_from_arguments
 from pi_loader._video import VideoFrames
 
-IMAGE_KEY_PREFIX = "observation.images."
-HISTORY_PAD_KEY = "observation.images_is_pad"
 # Decoded chunks kept per process: a chunk of 10 frames at 224x224 yuv420p is ~0.75 MB, so 64
 # chunks bound a worker's decoded video at ~48 MB while block-shuffled neighbours still hit.
 DEFAULT_CHUNK_CACHE = 64
 # Episodes whose video rows (encoded bytes, ~0.5-2 MB each) are kept per process.
 DEFAULT_EPISODE_CACHE = 32
-_STD_FLOOR = 1e-6  # a constant dimension (std 0) normalizes to 0 instead of dividing by zero
-# (image key, shape) -> the uint8 array a batch's frames of that key are written into
-ImageAllocator = Callable[[str, tuple[int, ...]], np.ndarray]
 
 
 class Dataset:
@@ -111,196 +107,56 @@ class Dataset:
         self._layout = lake if isinstance(lake, LakeLayout) else LakeLayout(str(lake))
         self._seed = check_seed("seed", seed)
         self._epoch = check_seed("epoch", epoch)
-        spec = self._merge_spec(spec, cameras, action_horizon)
+        spec = spec_from_arguments(spec, cameras, action_horizon)
         for name, size in (
             ("chunk_cache_size", chunk_cache_size),
             ("episode_cache_size", episode_cache_size),
         ):
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {size!r}")
-        pinned = self._resolve_snapshot(snapshot, catalog, sql, episode_ids)
-        self._sql = pinned.sql if pinned is not None else sql
+        pinned = resolve_snapshot(snapshot, catalog, sql, episode_ids)
         ids = (
             list(pinned.episode_ids)
             if pinned is not None
-            else self._resolve_ids(sql, episode_ids, catalog, sql_parameters)
+            else resolve_ids(sql, episode_ids, catalog, sql_parameters)
         )
 
         self._storage = make_storage(self._layout.root, storage_options, cache)
-        files = resolve_tables(
-            self._layout, None if pinned is None else pinned.table_versions, storage_options
+        selection = select_episodes(
+            self._layout, self._storage, ids=ids, pinned=pinned, sql=sql, storage_options=storage_options
         )
-        self._versions = {name: f.version for name, f in files.items()}
-        rows = read_committed_episodes(files["episodes"], self._storage, ids)
-        found = rows.column("episode_id").to_pylist() if rows.num_rows else []
-        if ids is not None:
-            missing = sorted(set(ids) - set(found))
-            if missing:
-                raise (SnapshotError if pinned is not None else PiLoaderError)(
-                    f"{len(missing)} selected episode(s) are not committed in the lake at "
-                    f"{self._layout.episodes} (episodes version {self._versions['episodes']}): "
-                    f"{missing[:5]}{' ...' if len(missing) > 5 else ''}; is the catalog stale? "
-                    "`pilake catalog rebuild` re-derives it from the lake"
-                )
-        if not found:
-            raise PiLoaderError(
-                "the selection has no episodes"
-                + (f" (sql: {sql})" if sql else f" (lake: {self._layout.root})")
-            )
-        attempts = rows.column("attempt_id").to_pylist()
-        if pinned is not None:
-            want = dict(zip(pinned.episode_ids, pinned.attempt_ids, strict=True))
-            changed = [e for e, a in zip(found, attempts, strict=True) if want[e] != a]
-            if changed:
-                raise SnapshotError(
-                    f"episodes {changed[:5]} have another committed attempt in the lake at the snapshot's "
-                    f"versions than the snapshot records: the snapshot belongs to another lake"
-                )
-        self._episode_ids: tuple[str, ...] = tuple(found)
-        self._attempt_ids: tuple[str, ...] = tuple(attempts)
-        self._episode_cameras = tuple(tuple(c) for c in rows.column("cameras").to_pylist())
-        self._sizes = tuple(
-            zip(rows.column("video_height").to_pylist(), rows.column("video_width").to_pylist(), strict=True)
-        )
-        steps = read_steps(files["steps"], self._storage, rows)
-        self._lengths = steps.lengths
-        self._offsets = np.concatenate([[0], np.cumsum(self._lengths)]).astype(np.int64)
-        self._proprio = steps.proprio
-        self._action = steps.action
+        self._snapshot = selection.snapshot
+        steps = read_steps(selection.files["steps"], self._storage, selection.rows)
+        self._index = SampleIndex.from_lengths(steps.lengths)
         self._stats = {
-            "observation.state": pooled_stats(rows, "proprio"),
-            "action": pooled_stats(rows, "action"),
+            "observation.state": pooled_stats(selection.rows, "proprio"),
+            "action": pooled_stats(selection.rows, "action"),
         }
 
-        self._spec = spec.with_cameras(self._choose_cameras(spec.cameras))
-        self._check_spec()
-        # frame index of every step for each chosen camera, in the dataset's camera order
-        per_episode = []
-        for e, fi in enumerate(steps.frame_index):
-            columns = [self._episode_cameras[e].index(c) for c in self._cameras]
-            per_episode.append(fi[:, columns] if columns else np.zeros((fi.shape[0], 0), np.int32))
-        self._frame_index = np.ascontiguousarray(np.concatenate(per_episode).astype(np.int32, copy=False))
-        self._video_files: TableFiles = files["video"]
-        self._video = VideoFrames(
-            files["video"],
-            self._storage,
-            self._cameras,
-            files["video"].files_by_episode(self._episode_ids),
-            chunk_cache_size=chunk_cache_size,
-            episode_cache_size=episode_cache_size,
-        )
-        self._snapshot = Snapshot(
-            lake_root=self._layout.root,
-            table_versions=self._versions,
-            episode_ids=self._episode_ids,
-            attempt_ids=self._attempt_ids,
-            sql=self._sql,
-            **({"created_at_ns": pinned.created_at_ns} if pinned is not None else {}),
+        self._spec = spec.with_cameras(choose_cameras(selection.episode_cameras, spec.cameras))
+        check_spec_fits(self._spec, self.episode_ids, steps.lengths, selection.video_sizes)
+        self._video_files = selection.files["video"]
+        self._gather = SampleGather(
+            spec=self._spec,
+            index=self._index,
+            episode_ids=self.episode_ids,
+            attempt_ids=self._snapshot.attempt_ids,
+            episode_cameras=selection.episode_cameras,
+            video_sizes=selection.video_sizes,
+            proprio=steps.proprio,
+            action=steps.action,
+            frame_index=camera_frame_index(steps.frame_index, selection.episode_cameras, self.cameras),
+            stats=self._stats,
+            video=VideoFrames(
+                self._video_files,
+                self._storage,
+                self.cameras,
+                self._video_files.files_by_episode(self.episode_ids),
+                chunk_cache_size=chunk_cache_size,
+                episode_cache_size=episode_cache_size,
+            ),
         )
         self._order: np.ndarray | None = None
-
-    # -- opening -----------------------------------------------------------------------------
-
-    @staticmethod
-    def _merge_spec(
-        spec: SampleSpec | None, cameras: Sequence[str] | None, action_horizon: int | None
-    ) -> SampleSpec:
-        if spec is not None:
-            if cameras is not None or action_horizon is not None:
-                raise ValueError("pass cameras/action_horizon inside spec=SampleSpec(...), not next to it")
-            if not isinstance(spec, SampleSpec):
-                raise TypeError(f"spec must be a pi_loader.SampleSpec, got {type(spec).__name__}")
-            return spec
-        if isinstance(cameras, str):
-            raise TypeError("cameras must be a sequence of camera names, got a single str; wrap it in a list")
-        kwargs: dict[str, Any] = {}
-        if cameras is not None:
-            kwargs["cameras"] = tuple(cameras)
-        if action_horizon is not None:
-            kwargs["action_horizon"] = action_horizon
-        return SampleSpec(**kwargs)
-
-    @staticmethod
-    def _resolve_snapshot(
-        snapshot: Snapshot | str | None,
-        catalog: str | None,
-        sql: str | None,
-        episode_ids: Sequence[str] | None,
-    ) -> Snapshot | None:
-        if snapshot is None:
-            return None
-        if sql is not None or episode_ids is not None:
-            raise ValueError(
-                "pass a snapshot or sql/episode_ids, not both: the snapshot already pins the episodes"
-            )
-        if isinstance(snapshot, Snapshot):
-            return snapshot
-        if isinstance(snapshot, str):
-            if catalog is None:
-                raise ValueError(
-                    f"snapshot={snapshot!r} is a name in the catalog: pass catalog=... too, "
-                    "or load a file with snapshot=Snapshot.load(path)"
-                )
-            return Snapshot.from_catalog(catalog, snapshot)
-        raise TypeError(f"snapshot must be a Snapshot or a snapshot name, got {type(snapshot).__name__}")
-
-    @staticmethod
-    def _resolve_ids(
-        sql: str | None,
-        episode_ids: Sequence[str] | None,
-        catalog: str | None,
-        sql_parameters: Mapping[str, object] | None = None,
-    ) -> list[str] | None:
-        if sql is not None and episode_ids is not None:
-            raise ValueError("pass either sql or episode_ids, not both")
-        if sql is not None:
-            if catalog is None:
-                raise ValueError(
-                    "catalog is required with sql: pass catalog='/path/to/catalog' (or an http(s) URL), "
-                    "e.g. the PILAKE_CATALOG of the installation"
-                )
-            from pi_catalog import Catalog
-
-            return Catalog(catalog).episode_ids(sql, sql_parameters)
-        if episode_ids is not None:
-            if isinstance(episode_ids, str):
-                raise TypeError("episode_ids must be a sequence of ids, got a single str; wrap it in a list")
-            return list(dict.fromkeys(str(e) for e in episode_ids))
-        return None
-
-    def _choose_cameras(self, cameras: Sequence[str] | None) -> tuple[str, ...]:
-        first = self._episode_cameras[0]
-        common = [c for c in first if all(c in cams for cams in self._episode_cameras)]
-        if cameras is None:
-            if not common:
-                raise UnknownCameraError(
-                    "the selected episodes share no camera; pass cameras=() for samples without images"
-                )
-            return tuple(common)
-        unknown = [c for c in cameras if c not in common]
-        if unknown:
-            raise UnknownCameraError(
-                f"unknown camera(s) {unknown}: the cameras available in every selected episode are {common}"
-            )
-        return tuple(cameras)
-
-    def _check_spec(self) -> None:
-        spec = self._spec
-        shortest = int(np.argmin(self._lengths))
-        if spec.action_horizon > self._lengths[shortest]:
-            raise HorizonTooLongError(
-                f"action_horizon={spec.action_horizon} is longer than episode {self._episode_ids[shortest]} "
-                f"({int(self._lengths[shortest])} steps): its samples would be mostly padding. Use a shorter "
-                f"horizon or select longer episodes (e.g. SQL `WHERE step_count >= {spec.action_horizon}`)"
-            )
-        if spec.crop is not None and self._cameras:
-            top, left, height, width = spec.crop
-            for e, (h, w) in enumerate(self._sizes):
-                if top + height > h or left + width > w:
-                    raise ValueError(
-                        f"crop={spec.crop} (top, left, height, width) does not fit episode "
-                        f"{self._episode_ids[e]}'s {h}x{w} (height x width) video"
-                    )
 
     # -- properties ------------------------------------------------------------------------
 
@@ -321,21 +177,17 @@ class Dataset:
     @property
     def episode_ids(self) -> tuple[str, ...]:
         """The selected episodes, sorted (the order samples are numbered in before shuffling)."""
-        return self._episode_ids
+        return self._snapshot.episode_ids
 
     @property
     def cameras(self) -> tuple[str, ...]:
-        return self._cameras
-
-    @property
-    def _cameras(self) -> tuple[str, ...]:
         cameras = self._spec.cameras
         return cameras if cameras is not None else ()
 
     @property
     def table_versions(self) -> dict[str, int]:
         """Delta version of each table read ("episodes", "steps", "video")."""
-        return dict(self._versions)
+        return dict(self._snapshot.table_versions)
 
     @property
     def seed(self) -> int:
@@ -351,16 +203,16 @@ class Dataset:
 
     @property
     def sql(self) -> str | None:
-        return self._sql
+        return self._snapshot.sql
 
     @property
     def episode_lengths(self) -> dict[str, int]:
-        return {e: int(n) for e, n in zip(self._episode_ids, self._lengths, strict=True)}
+        return {e: int(n) for e, n in zip(self.episode_ids, self._index.lengths, strict=True)}
 
     @property
     def lengths(self) -> np.ndarray:
         """Steps of each selected episode (int64, in `episode_ids` order)."""
-        return self._lengths.copy()
+        return self._index.lengths.copy()
 
     @property
     def stats(self) -> dict[str, Stats]:
@@ -378,14 +230,14 @@ class Dataset:
     # -- access ----------------------------------------------------------------------------
 
     def __len__(self) -> int:
-        return int(self._offsets[-1])
+        return self._index.num_samples
 
     def __repr__(self) -> str:
         # Stable across processes and runs (Grain keys checkpoints on a data source's repr).
         return (
-            f"Dataset(lake={self._layout.root!r}, episodes={len(self._episode_ids)}, samples={len(self)}, "
-            f"versions={self._versions}, fingerprint={self._snapshot.fingerprint}, spec={self._spec}, "
-            f"seed={self._seed}, epoch={self._epoch})"
+            f"Dataset(lake={self._layout.root!r}, episodes={len(self.episode_ids)}, samples={len(self)}, "
+            f"versions={self._snapshot.table_versions}, fingerprint={self._snapshot.fingerprint}, "
+            f"spec={self._spec}, seed={self._seed}, epoch={self._epoch})"
         )
 
     def _permutation(self) -> np.ndarray:
@@ -395,8 +247,8 @@ class Dataset:
 
     def locate(self, index: int) -> tuple[str, int]:
         """(episode_id, step) of the `index`-th sample of this epoch's order."""
-        e, step = self._split(self._flat(index))
-        return self._episode_ids[e], step
+        e, step = self._index.locate(self._flat(index))
+        return self.episode_ids[e], step
 
     def _flat(self, index: int) -> int:
         i = operator.index(index)
@@ -406,10 +258,6 @@ class Dataset:
         if not 0 <= i < n:
             raise IndexError(f"sample index {index} out of range for a dataset of {n} samples")
         return int(self._permutation()[i])
-
-    def _split(self, flat: int) -> tuple[int, int]:
-        episode = int(np.searchsorted(self._offsets, flat, side="right")) - 1
-        return episode, flat - int(self._offsets[episode])
 
     def __getitem__(self, index: int) -> dict[str, object]:
         """The `index`-th sample of this epoch's order (see `sample`)."""
@@ -462,100 +310,12 @@ class Dataset:
             raise IndexError(
                 f"flat sample index {int(bad[0])} out of range for a dataset of {len(self)} samples"
             )
-        episodes = np.searchsorted(self._offsets, flat, side="right") - 1
-        base = self._offsets[episodes]
-        steps = flat - base
-        spec = self._spec
-        batch: dict[str, np.ndarray] = {
-            "episode_id": np.array([self._episode_ids[e] for e in episodes], dtype=np.str_),
-            "step": steps.astype(np.int32),  # int32: what JAX keeps without x64
-        }
-        if self._cameras:
-            k, stride = spec.frame_history, spec.frame_stride
-            wanted_steps = steps[:, None] - stride * np.arange(k, -1, -1)[None, :]  # [B, k+1]
-            frames = self._frame_index[base[:, None] + np.maximum(wanted_steps, 0)]  # [B, k+1, C]
-            batch.update(self._images(episodes, frames, k > 0, allocate))
-            if k:
-                batch[HISTORY_PAD_KEY] = wanted_steps < 0
-        batch["observation.state"] = self._normalized("observation.state", self._proprio[flat])
-        wanted = steps[:, None] + np.arange(spec.action_horizon)[None, :]  # [B, H]
-        lengths = self._lengths[episodes][:, None]
-        batch["action"] = self._normalized(
-            "action", self._action[base[:, None] + np.minimum(wanted, lengths - 1)]
-        )
-        batch["action_is_pad"] = wanted >= lengths
-        return batch
-
-    def _images(
-        self, episodes: np.ndarray, frames: np.ndarray, history: bool, allocate: ImageAllocator | None
-    ) -> dict[str, np.ndarray]:
-        """Per camera, [B, H, W, 3] (or [B, k+1, H, W, 3] with history) frames.
-
-        Samples are visited grouped by episode with every camera at once, so an episode's video
-        rows are read at most once per batch even when the episode cache is smaller than the
-        batch's episodes (a shuffled batch over a large dataset touches ~B episodes).
-        """
-        outs: list[np.ndarray | None] = [None] * len(self._cameras)
-        for b in np.argsort(episodes, kind="stable"):
-            e = int(episodes[b])
-            for c, camera in enumerate(self._cameras):
-                for j, frame_index in enumerate(frames[b, :, c]):
-                    image = self._image(e, camera, int(frame_index))
-                    out = outs[c]
-                    if out is None:
-                        shape = (len(episodes), *((frames.shape[1],) if history else ()), *image.shape)
-                        key = IMAGE_KEY_PREFIX + camera
-                        out = outs[c] = (
-                            np.empty(shape, np.uint8) if allocate is None else allocate(key, shape)
-                        )
-                    if image.shape != out.shape[-3:]:
-                        raise PiLoaderError(
-                            f"camera {camera!r}: episode {self._episode_ids[e]} has {image.shape[1]}x"
-                            f"{image.shape[0]} frames, others in the batch {out.shape[-2]}x"
-                            f"{out.shape[-3]} (width x height); set SampleSpec(resize=(height, width)) "
-                            "to batch them"
-                        )
-                    out[(b, j) if history else b] = image
-        images: dict[str, np.ndarray] = {}
-        for camera, out in zip(self._cameras, outs, strict=True):
-            assert out is not None
-            images[IMAGE_KEY_PREFIX + camera] = out
-        return images
+        return self._gather.batch(flat, allocate=allocate)
 
     def image_shapes(self) -> dict[str, tuple[int, ...]]:
         """Largest shape of one sample's image array per image key: (H, W, 3), or
         (k+1, H, W, 3) with frame history. Frames of a batch share one shape."""
-        spec = self._spec
-        if spec.resize is not None:
-            height, width = spec.resize
-        elif spec.crop is not None:
-            height, width = spec.crop[2], spec.crop[3]
-        else:
-            height, width = (max(s[i] for s in self._sizes) for i in (0, 1))
-        history = (spec.frame_history + 1,) if spec.frame_history else ()
-        return {IMAGE_KEY_PREFIX + c: (*history, height, width, 3) for c in self._cameras}
-
-    def _image(self, e: int, camera: str, frame_index: int) -> np.ndarray:
-        rgb = self._video.frame(self._episode_ids[e], self._attempt_ids[e], camera, frame_index)
-        spec = self._spec
-        if spec.crop is not None:
-            top, left, h, w = spec.crop
-            rgb = rgb[top : top + h, left : left + w]
-        if spec.resize is not None and rgb.shape[:2] != spec.resize:
-            rgb = _resize(rgb, spec.resize)
-        return rgb
-
-    def _normalized(self, key: str, values: np.ndarray) -> np.ndarray:
-        mode = self._spec.normalize
-        if mode is None:
-            return values.copy()
-        stats = self._stats[key]
-        if mode == "mean_std":
-            out = (values - stats.mean) / np.maximum(stats.std, _STD_FLOOR)
-        else:  # min_max onto [-1, 1]
-            span = stats.max - stats.min
-            out = np.where(span > 0, 2.0 * (values - stats.min) / np.where(span > 0, span, 1.0) - 1.0, 0.0)
-        return out.astype(np.float32)
+        return self._gather.image_shapes()
 
     def __iter__(self) -> Iterator[dict[str, object]]:
         """Every sample of this epoch once, in order."""
@@ -575,54 +335,15 @@ class Dataset:
     @property
     def video_stats(self) -> dict[str, int]:
         """Counters of this process: filtered video-table reads and chunk decodes."""
-        return {"video_reads": self._video.video_reads, "chunk_decodes": self._video.chunk_decodes}
+        video = self._gather.video
+        return {"video_reads": video.video_reads, "chunk_decodes": video.chunk_decodes}
 
     def episode(self, episode_id: str) -> EpisodeData:
         """The in-memory arrays of one selected episode."""
         try:
-            e = self._episode_ids.index(episode_id)
+            e = self.episode_ids.index(episode_id)
         except ValueError:
             raise KeyError(
-                f"episode {episode_id!r} is not in this dataset; it has {len(self._episode_ids)} episodes"
+                f"episode {episode_id!r} is not in this dataset; it has {len(self.episode_ids)} episodes"
             ) from None
-        lo, hi = int(self._offsets[e]), int(self._offsets[e + 1])
-        return EpisodeData(
-            episode_id=episode_id,
-            attempt_id=self._attempt_ids[e],
-            cameras=self._episode_cameras[e],
-            proprio=self._proprio[lo:hi],
-            action=self._action[lo:hi],
-            camera_frame_index=self._frame_index[lo:hi],
-            video_width=int(self._sizes[e][1]),
-            video_height=int(self._sizes[e][0]),
-        )
-
-
-def _resize(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:
-    try:
-        from PIL import Image
-    except ImportError as err:
-        raise ImportError("SampleSpec.resize needs Pillow: pip install 'pi-lake[loader]'") from err
-    height, width = size
-    return np.asarray(Image.fromarray(rgb).resize((width, height), Image.Resampling.BILINEAR))
-
-
-def collate(samples: Sequence[Mapping[str, object]]) -> dict[str, np.ndarray]:
-    """Stack samples into a batch: arrays gain a leading batch axis, ids become a str array.
-
-    Example:
-        >>> batch = collate([ds.sample(0), ds.sample(1)])
-        >>> batch["action"].shape  # (2, action_horizon, A)
-    """
-    if not samples:
-        raise ValueError("cannot collate an empty list of samples")
-    out: dict[str, np.ndarray] = {}
-    for key in samples[0]:
-        values = [s[key] for s in samples]
-        if key == "episode_id":
-            out[key] = np.array(values, dtype=np.str_)
-        elif key == "step":
-            out[key] = np.array(values, dtype=np.int32)  # int32: what JAX keeps without x64
-        else:
-            out[key] = np.stack([np.asarray(v) for v in values])
-    return out
+        return self._gather.episode(e)

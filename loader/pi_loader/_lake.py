@@ -1,7 +1,7 @@
 """Reading the visible part of the lake at pinned Delta versions.
 
-Visibility (architecture decision 3): a steps/video row counts only when an `episodes` row with
-the same (episode_id, attempt_id) exists; rows of other attempts are garbage awaiting GC.
+Visibility (architecture decision 3) is `pi_format.lake.visibility`'s rule, applied here to the
+rows pi_loader reads through its own storage (`latest_commits`, `visible_rows`).
 
 deltalake runs here, in the main process only (its tokio runtime panics in forked workers): it
 resolves each table at its pinned version into a list of data-file URIs with per-file episode_id
@@ -21,7 +21,8 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
-from pi_format.layout import LakeLayout
+from pi_format import LakeLayout
+from pi_format.lake import latest_commits, visible_rows
 
 from pi_loader._cache import CacheConfig
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
@@ -29,7 +30,6 @@ from pi_loader._storage import Storage, storage_for
 
 # The tables a dataset reads; their versions pin a dataset (snapshots record them).
 READ_TABLES = ("episodes", "steps", "video")
-_KEY_SEP = "\x1f"  # cannot occur in ids written by the stream job, joins (episode, attempt) keys
 STAT_FIELDS = ("mean", "std", "min", "max")
 
 
@@ -206,14 +206,7 @@ def read_committed_episodes(
     table = _read(files, storage, episode_ids, columns, flt)
     if table.num_rows == 0:
         return table
-    # Decision 3 says one visible row per episode; should a re-commit ever leave two, the
-    # latest commit wins (ties broken by attempt_id) so the choice is still deterministic.
-    table = table.sort_by(
-        [("episode_id", "ascending"), ("committed_at_ns", "descending"), ("attempt_id", "descending")]
-    )
-    ids = table.column("episode_id").to_numpy(zero_copy_only=False)
-    first = np.concatenate([[True], ids[1:] != ids[:-1]])
-    return table.filter(pa.array(first))
+    return latest_commits(table)
 
 
 @dataclass(frozen=True, slots=True)
@@ -252,9 +245,7 @@ def read_steps(files: TableFiles, storage: Storage, episodes: pa.Table) -> StepA
         flt,
     )
     # isin on each column alone admits (episode A, attempt of B): keep exact pairs only.
-    wanted = pa.array([f"{e}{_KEY_SEP}{a}" for e, a in zip(ids, attempts, strict=True)])
-    keys = pc.binary_join_element_wise(steps.column("episode_id"), steps.column("attempt_id"), _KEY_SEP)
-    steps = steps.filter(pc.is_in(keys, wanted)).sort_by(
+    steps = visible_rows(steps, episodes).sort_by(
         [("episode_id", "ascending"), ("step_index", "ascending")]
     )
     step_ids = steps.column("episode_id").to_numpy(zero_copy_only=False)

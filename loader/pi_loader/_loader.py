@@ -1,21 +1,17 @@
 """`Loader`: sharded, resumable batches of a Dataset, read and decoded by worker processes.
 
 The order of samples is a pure function of (snapshot, seed, epoch, shard index, shard count)
-(architecture decision 5): the main process computes it and cuts it into batches; batch b goes to
-worker b % num_workers and comes back in order, so the number of workers changes speed, never
-the batches. At most `prefetch_batches` batches are in flight, which with the workers' decoded-
-chunk LRUs bounds memory. Workers write frames into shared-memory slots (`_shared_batches`), so
-a batch's images cross to the main process without pickling. The state (`get_state`) counts
-only the batches handed out.
+(architecture decision 5): the main process computes it and cuts it into batches, which it
+builds itself or has its worker processes build (`_workers`: batch b goes to worker
+b % num_workers and comes back in order, so the number of workers changes speed, never the
+batches). At most `prefetch_batches` batches are in flight, which with the workers' decoded-
+chunk LRUs bounds memory. The state (`get_state`) counts only the batches handed out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import multiprocessing
-import os
-import queue
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -23,20 +19,12 @@ from typing import Any
 import numpy as np
 
 from pi_loader._dataset import Dataset
-from pi_loader._errors import LoaderStateError, PiLoaderError, WorkerError
+from pi_loader._errors import LoaderStateError
 from pi_loader._order import ShardSpec, block_order, check_seed, sample_order, shard_order
-from pi_loader._shared_batches import (
-    ArrayPlacement,
-    SlotPool,
-    SlotTicket,
-    SlotWriter,
-    aligned_bytes,
-    shared_memory_available,
-)
+from pi_loader._shared_batches import shared_memory_available
+from pi_loader._workers import WorkerPool, video_counters
 
 STATE_FORMAT = "pi_loader.loader_state/1"
-# How often the main process checks that workers are alive while it waits for a batch.
-_POLL_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,52 +48,6 @@ class LoaderStats:
     @property
     def decoded_chunks_per_sample(self) -> float:
         return self.chunk_decodes / self.samples if self.samples else 0.0
-
-
-def _counters(dataset: Dataset) -> tuple[int, int]:
-    stats = dataset.video_stats
-    return stats["chunk_decodes"], stats["video_reads"]
-
-
-def _build(
-    dataset: Dataset, indices: np.ndarray, ticket: SlotTicket | None, writer: SlotWriter
-) -> tuple[dict[str, np.ndarray], dict[str, ArrayPlacement], list[str]]:
-    """A batch for the main process: (arrays to pickle, arrays placed in the slot, key order)."""
-    if ticket is None:
-        batch = dataset.samples(indices)
-        return batch, {}, list(batch)
-    allocate, placements = writer.allocator(ticket)
-    batch = dataset.samples(indices, allocate=allocate)
-    order = list(batch)
-    return {k: v for k, v in batch.items() if k not in placements}, placements, order
-
-
-def _worker_main(dataset: Dataset, tasks: Any, results: Any) -> None:
-    # Runs in a worker process: build batches until told to stop (None).
-    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    parent = os.getppid()
-    writer = SlotWriter()
-    while True:
-        try:
-            task = tasks.get(timeout=_POLL_S)
-        except queue.Empty:
-            if os.getppid() != parent:  # the main process died (e.g. SIGKILL): do not linger
-                return
-            continue
-        if task is None:
-            return
-        generation, batch_number, indices, ticket = task
-        before = _counters(dataset)
-        try:
-            built = _build(dataset, indices, ticket, writer)
-            after = _counters(dataset)
-            counters = (after[0] - before[0], after[1] - before[1])
-            results.put((generation, batch_number, built, counters, None))
-        except BaseException as err:  # sent to the main process, which raises it
-            try:
-                results.put((generation, batch_number, None, (0, 0), err))
-            except Exception:
-                results.put((generation, batch_number, None, (0, 0), WorkerError(traceback.format_exc())))
 
 
 class Loader:
@@ -203,21 +145,20 @@ class Loader:
         self._shard = shard
         self._batch_size = batch_size
         self._num_workers = num_workers
-        self._prefetch = prefetch_batches
         self._block_size = block_size
         self._drop_last = bool(drop_last)
         self._drop_remainder = bool(drop_remainder)
-        self._mp_context = mp_context
-        self._shared_memory = bool(shared_memory) and shared_memory_available()
-        self._pool: SlotPool | None = None
-        self._slots: dict[tuple[int, int], Any] = {}  # (generation, batch number) -> slot in flight
+        self._worker_pool = WorkerPool(
+            dataset,
+            batch_size=batch_size,
+            num_workers=num_workers,
+            prefetch_batches=prefetch_batches,
+            mp_context=mp_context,
+            shared_memory=bool(shared_memory) and shared_memory_available(),
+        )
         self._epoch = dataset.epoch
         self._position = 0  # samples of this epoch's shard already handed out
         self._order_cache: tuple[int, np.ndarray] | None = None
-        self._workers: list[Any] = []
-        self._tasks: list[Any] = []
-        self._results: Any = None
-        self._generation = 0
         self._samples = 0
         self._batches = 0
         self._chunk_decodes = 0
@@ -322,7 +263,7 @@ class Loader:
 
     def stats(self) -> LoaderStats:
         """What was handed out since construction, and the chunk decodes and video reads it took."""
-        pool = self._pool
+        pool = self._worker_pool.slot_pool
         return LoaderStats(
             samples=self._samples,
             batches=self._batches,
@@ -359,9 +300,9 @@ class Loader:
         work = self._batches_left()
         if self._num_workers == 0:
             for end, indices in work:
-                before = _counters(self._dataset)
+                before = video_counters(self._dataset)
                 batch = self._dataset.samples(indices)
-                after = _counters(self._dataset)
+                after = video_counters(self._dataset)
                 self._chunk_decodes += after[0] - before[0]
                 self._video_reads += after[1] - before[1]
                 self._advance(end, len(indices))
@@ -370,101 +311,17 @@ class Loader:
             yield from self._iter_workers(work)
         self._finish_epoch()
 
-    def _start_workers(self) -> None:
-        if self._workers:
-            return
-        ctx: Any = multiprocessing.get_context(self._mp_context)
-        shapes = self._dataset.image_shapes()
-        if self._shared_memory and shapes:
-            slot_bytes = sum(aligned_bytes(self._batch_size * int(np.prod(s))) for s in shapes.values())
-            self._pool = SlotPool(slot_bytes, max_free_slots=self._prefetch + 2)
-        self._results = ctx.Queue()
-        for w in range(self._num_workers):
-            tasks = ctx.Queue()
-            proc = ctx.Process(
-                target=_worker_main,
-                args=(self._dataset, tasks, self._results),
-                name=f"pi_loader-worker-{w}",
-                daemon=True,
-            )
-            proc.start()
-            self._workers.append(proc)
-            self._tasks.append(tasks)
-
     def _iter_workers(self, work: list[tuple[int, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
-        self._start_workers()
-        self._generation += 1
-        generation = self._generation
-        done: dict[int, tuple[dict[str, np.ndarray], tuple[int, int]]] = {}
-        sent = 0
-        for b in range(len(work)):
-            while sent < len(work) and sent < b + self._prefetch:
-                ticket = None
-                if self._pool is not None:
-                    slot = self._pool.acquire()
-                    self._slots[(generation, sent)] = slot
-                    ticket = slot.ticket
-                self._tasks[sent % self._num_workers].put((generation, sent, work[sent][1], ticket))
-                sent += 1
-            while b not in done:
-                self._receive(generation, done)
-            batch, (decodes, reads) = done.pop(b)
+        built = self._worker_pool.batches([indices for _, indices in work])
+        for (end, indices), (batch, (decodes, reads)) in zip(work, built, strict=True):
             self._chunk_decodes += decodes
             self._video_reads += reads
-            self._advance(work[b][0], len(work[b][1]))
+            self._advance(end, len(indices))
             yield batch
-
-    def _receive(self, generation: int, done: dict[int, Any]) -> None:
-        try:
-            gen, number, built, counters, err = self._results.get(timeout=_POLL_S)
-        except queue.Empty:
-            dead = [p for p in self._workers if not p.is_alive()]
-            if dead:
-                codes = {p.name: p.exitcode for p in dead}
-                self.close()
-                raise WorkerError(
-                    f"loader worker(s) died: {codes}; a negative code is the signal that "
-                    "killed it (-9: out of memory?)"
-                ) from None
-            return
-        slot = self._slots.pop((gen, number), None)
-        if gen != generation:  # a batch of an iteration that was abandoned: its slot is free again
-            if slot is not None and self._pool is not None:
-                self._pool.release(slot)
-            return
-        if err is not None:
-            self.close()
-            if isinstance(err, PiLoaderError | ValueError | KeyError | IndexError):
-                raise err
-            raise WorkerError(f"loader worker failed on batch {number}: {err!r}") from err
-        pickled, placements, order = built
-        shared: dict[str, np.ndarray] = {}
-        if slot is not None and self._pool is not None:
-            if placements:
-                shared = self._pool.arrays(slot, placements)
-            else:
-                self._pool.release(slot)
-        done[number] = ({key: shared[key] if key in shared else pickled[key] for key in order}, counters)
 
     def close(self) -> None:
         """Stop the worker processes (they are started again by the next iteration)."""
-        for tasks in self._tasks:
-            with contextlib.suppress(OSError, ValueError):
-                tasks.put(None)
-        for proc in self._workers:
-            proc.join(timeout=5)
-            if proc.is_alive():
-                proc.terminate()
-                proc.join(timeout=5)
-        for q in [*self._tasks, self._results]:
-            if q is not None:
-                q.cancel_join_thread()
-                q.close()
-        self._workers, self._tasks, self._results = [], [], None
-        if self._pool is not None:
-            self._pool.close()
-            self._pool = None
-        self._slots.clear()
+        self._worker_pool.close()
 
     def __enter__(self) -> Loader:
         return self

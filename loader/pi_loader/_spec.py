@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, Literal
 
 Normalization = Literal["mean_std", "min_max"]
 NORMALIZATIONS: tuple[str, ...] = ("mean_std", "min_max")
@@ -108,3 +108,24 @@ class SampleSpec:
             crop=self.crop,
             resize=self.resize,
         )
+
+
+def spec_from_arguments(
+    spec: SampleSpec | None, cameras: Sequence[str] | None, action_horizon: int | None
+) -> SampleSpec:
+    """The spec a `Dataset` was given: `spec` itself, or one built from its `cameras` and
+    `action_horizon` shortcuts (never both)."""
+    if spec is not None:
+        if cameras is not None or action_horizon is not None:
+            raise ValueError("pass cameras/action_horizon inside spec=SampleSpec(...), not next to it")
+        if not isinstance(spec, SampleSpec):
+            raise TypeError(f"spec must be a pi_loader.SampleSpec, got {type(spec).__name__}")
+        return spec
+    if isinstance(cameras, str):
+        raise TypeError("cameras must be a sequence of camera names, got a single str; wrap it in a list")
+    kwargs: dict[str, Any] = {}
+    if cameras is not None:
+        kwargs["cameras"] = tuple(cameras)
+    if action_horizon is not None:
+        kwargs["action_horizon"] = action_horizon
+    return SampleSpec(**kwargs)

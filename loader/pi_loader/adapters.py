@@ -183,7 +183,7 @@ def grain_dataset(
         import grain
     except ImportError as err:
         raise ImportError("grain_dataset needs grain: pip install 'pi-lake[jax]'") from err
-    from pi_loader._dataset import collate
+    from pi_loader._gather import collate
 
     source = OrderedSource(dataset, epoch=epoch, shard=shard, block_size=block_size)
     return grain.MapDataset.source(source).batch(batch_size, drop_remainder=drop_last, batch_fn=collate)

@@ -320,8 +320,8 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
     """A broker of this test's own, so it can be restarted without disturbing the session's."""
     import socket
 
+    from pi_jobs.local.stack import ensure_topics, start_broker, stop_broker
     from pi_jobs.settings import Settings
-    from pi_jobs.stack import ensure_topics, start_broker, stop_broker
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -339,7 +339,7 @@ def own_broker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
 
 @pytest.mark.integration
 def test_broker_restart_recreates_producer(own_broker: object, tmp_path: Path) -> None:
-    from pi_jobs.stack import ensure_topics, start_broker, stop_broker
+    from pi_jobs.local.stack import ensure_topics, start_broker, stop_broker
 
     settings = own_broker
     bootstrap = settings.bootstrap_servers  # type: ignore[attr-defined]

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from pi_format import QUARANTINE_SCHEMA, CameraSpec, CameraVideo, Episode, EpisodeMeta, LakeLayout
 from pi_format.video import encode_mp4
-from pi_jobs.audit import (
+from pi_jobs.ops.audit import (
     AuditInputs,
     QuarantineRecord,
     TopicOffsets,
@@ -166,11 +166,11 @@ def _quarantine_row(eid: str | None, reason: str) -> pa.Table:
 
 def test_collect_from_spool_lake_and_catalog(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from pi_catalog import Catalog
+    from pi_format.lake import LakeWriter
     from pi_format.wire import encode_episode
     from pi_ingest import Spool
     from pi_jobs.cli import main
-    from pi_jobs.featurize import FeaturizeConfig, featurize
-    from pi_jobs.lake_writer import LakeWriter
+    from pi_jobs.stream.featurize import FeaturizeConfig, featurize
 
     home = tmp_path / "home"
     layout = LakeLayout(str(home / "lake"))

@@ -1,10 +1,10 @@
-"""Unit tests of pi_jobs.connector_jars (the download itself runs in the integration tests)."""
+"""Unit tests of pi_jobs.stream.connector_jars (the download itself runs in the integration tests)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from pi_jobs.connector_jars import CONNECTOR_JARS, ensure_connector_jars
+from pi_jobs.stream.connector_jars import CONNECTOR_JARS, ensure_connector_jars
 
 
 def test_present_jars_are_used_without_download(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""The ingest contract's pure checks (pi_jobs.contract) and the robot registry file."""
+"""The ingest contract's pure checks (pi_jobs.stream.contract) and the robot registry file."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pi_format import ProtocolError, QuarantineReason
-from pi_jobs.contract import (
+from pi_jobs.stream.contract import (
     RegistryError,
     RobotType,
     check_episode,
@@ -99,7 +99,7 @@ def test_registry_dims_and_rates_are_enforced() -> None:
         proprio_dim=14,
         action_dim=2,
     )
-    from pi_jobs.contract import RobotRegistry
+    from pi_jobs.stream.contract import RobotRegistry
 
     found = find_violations(make_episode("dims"), RobotRegistry((strict,)))
     details = " | ".join(v.detail for v in found)
@@ -204,7 +204,7 @@ def test_registry_defaults_apply_to_entries(tmp_path: Path) -> None:
 
 # -- the video part of the contract (featurize) -------------------------------------------------
 def test_video_of_another_size_than_declared_is_bad_video() -> None:
-    from pi_jobs.featurize import FeaturizeConfig, featurize
+    from pi_jobs.stream.featurize import FeaturizeConfig, featurize
 
     config = FeaturizeConfig(video_width=32, video_height=32, chunk_frames=4)
     kwargs: dict[str, Any] = {

@@ -12,7 +12,7 @@ import pytest
 from deltalake import write_deltalake
 from pi_format import EPISODES_SCHEMA
 from pi_jobs.cli import main
-from pi_jobs.validation import DriftConfig, check_lake_drift, drift_check, write_drift_report
+from pi_jobs.ops.validation import DriftConfig, check_lake_drift, drift_check, write_drift_report
 
 from tests.fixtures import lake_factory as lf
 

@@ -1,4 +1,4 @@
-"""Unit tests of pi_jobs.featurize: alignment, stats, bit-exact steps, chunked video."""
+"""Unit tests of pi_jobs.stream.featurize: alignment, stats, bit-exact steps, chunked video."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 from pi_format import CameraSpec, CameraVideo, Episode, EpisodeMeta, ProtocolError, QuarantineReason
 from pi_format.video import decode_chunk_rgb, encode_mp4
-from pi_jobs.featurize import FeaturizeConfig, align_frames, featurize
+from pi_jobs.stream.featurize import FeaturizeConfig, align_frames, featurize
 
 CAM_W, CAM_H = 160, 120
 CONFIG = FeaturizeConfig(video_width=64, video_height=48, chunk_frames=4, crf=18)

@@ -1,4 +1,4 @@
-"""Unit tests of pi_jobs.lake_writer on a temporary local lake."""
+"""Unit tests of pi_format.lake.writer (the commit protocol) on a temporary local lake."""
 
 from __future__ import annotations
 
@@ -9,14 +9,14 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pi_format import RAW_SCHEMA, TABLE_SCHEMAS, CameraSpec, CameraVideo, Episode, EpisodeMeta, LakeLayout
+from pi_format.lake import EpisodeRows, LakeWriter, episode_app_id
 from pi_format.video import encode_mp4
-from pi_jobs.featurize import FeaturizeConfig, FeaturizedEpisode, featurize
-from pi_jobs.lake_writer import LakeWriter, episode_app_id
+from pi_jobs.stream.featurize import FeaturizeConfig, featurize
 
 CONFIG = FeaturizeConfig(video_width=32, video_height=32, chunk_frames=3)
 
 
-def _featurized(episode_id: str, attempt_id: str, seed: int = 0) -> FeaturizedEpisode:
+def _featurized(episode_id: str, attempt_id: str, seed: int = 0) -> EpisodeRows:
     rng = np.random.default_rng(seed)
     frames = [np.full((32, 48, 3), 40 * i, np.uint8) for i in range(5)]
     spec = CameraSpec(name="cam", codec="h264", container="mp4", width=48, height=32, fps=10.0)

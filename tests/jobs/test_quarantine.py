@@ -4,7 +4,7 @@ One module fixture runs the stream job twice on a real Tansu broker: run 1 carri
 episodes (one shuffled with a duplicated chunk), one episode per new contract rule, an oversize
 message, and three episodes with a chunk missing (they time out); run 2 brings the late part of
 two of them (a full re-send of one, the single missing chunk of the other). The tests then read
-the Delta tables and drive `pi_jobs.quarantine` and `pilake quarantine` on that lake.
+the Delta tables and drive `pi_jobs.ops.quarantine` and `pilake quarantine` on that lake.
 """
 
 from __future__ import annotations
@@ -67,8 +67,8 @@ def _bad_episodes() -> dict[str, Episode]:
 def run(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFactory) -> Run:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pi_jobs.featurize import FeaturizeConfig
-    from pi_jobs.stream_job import StreamJobConfig, run_stream_job
+    from pi_jobs.stream import StreamJobConfig, run_stream_job
+    from pi_jobs.stream.featurize import FeaturizeConfig
 
     tag = uuid.uuid4().hex[:8]
     raw_topic, ack_topic = f"q-raw-{tag}", f"q-ack-{tag}"
@@ -189,7 +189,7 @@ def test_good_episodes_visible_once_and_bad_ones_not(run: Run) -> None:
 
 @integration
 def test_oversize_message_kept_as_a_prefix(run: Run, tmp_path: Path) -> None:
-    from pi_jobs.quarantine import dump_raw, find_entries
+    from pi_jobs.ops.quarantine import dump_raw, find_entries
 
     (entry,) = find_entries(run.layout, run.oversize_key)
     assert entry.size_bytes == OVERSIZE_BYTES and "sha256" in entry.details
@@ -200,7 +200,7 @@ def test_oversize_message_kept_as_a_prefix(run: Run, tmp_path: Path) -> None:
 
 @integration
 def test_status_open_vs_closed_and_counting(run: Run) -> None:
-    from pi_jobs.quarantine import list_quarantine, open_quarantine_keys
+    from pi_jobs.ops.quarantine import list_quarantine, open_quarantine_keys
 
     status = {e.counting_key: e.status for e in list_quarantine(run.layout, include_closed=True)}
     assert status[run.resent.episode_id] == "committed"  # superseded by the later complete re-send
@@ -214,8 +214,8 @@ def test_status_open_vs_closed_and_counting(run: Run) -> None:
 
 @integration
 def test_release_rebuilds_from_raw_across_runs_exactly_once(run: Run) -> None:
-    from pi_jobs.contract import load_registry
-    from pi_jobs.quarantine import list_quarantine, release_episode
+    from pi_jobs.ops.quarantine import list_quarantine, release_episode
+    from pi_jobs.stream.contract import load_registry
 
     kwargs = {"catalog_path": run.config.catalog_path, "registry": load_registry(None)}
     result = release_episode(run.layout, run.late.episode_id, featurize_config=run.config.featurize, **kwargs)
@@ -261,7 +261,7 @@ def test_release_after_registry_fix_via_cli(
     assert main(["quarantine", "release", eid]) == 1  # still unknown: rejected, nothing written
     assert "cannot be released: [unknown_robot_type]" in capsys.readouterr().err
     fixed = tmp_path / "robots.toml"
-    packaged = Path(__file__).parents[2] / "jobs" / "pi_jobs" / "robots.toml"
+    packaged = Path(__file__).parents[2] / "jobs" / "pi_jobs" / "stream" / "robots.toml"
     fixed.write_text(
         packaged.read_text()
         + "\n[robot_types.mystery_bot]\nproprio_range = [-2, 2]\naction_range = [-2, 2]\n"
@@ -281,16 +281,16 @@ def test_release_after_registry_fix_via_cli(
 def test_release_from_raw_rows_without_the_job(tmp_path: Path) -> None:
     import pyarrow as pa
     from pi_format import QUARANTINE_SCHEMA, RAW_SCHEMA
-    from pi_jobs.contract import RobotRegistry, RobotType, load_registry
-    from pi_jobs.featurize import FeaturizeConfig
-    from pi_jobs.lake_writer import LakeWriter
-    from pi_jobs.quarantine import (
+    from pi_format.lake import LakeWriter
+    from pi_jobs.ops.quarantine import (
         QuarantineError,
         ReleaseRejected,
         list_quarantine,
         open_quarantine_keys,
         release_episode,
     )
+    from pi_jobs.stream.contract import RobotRegistry, RobotType, load_registry
+    from pi_jobs.stream.featurize import FeaturizeConfig
 
     layout = LakeLayout(str(tmp_path / "lake"))
     writer = LakeWriter(layout)

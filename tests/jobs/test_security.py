@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from pi_ingest.uploader import UploaderConfig
-from pi_jobs.cli import main, stream_config
+from pi_jobs.cli import main
 from pi_jobs.kafka_security import (
     KafkaSecurity,
     KafkaSecurityError,
@@ -15,6 +15,7 @@ from pi_jobs.kafka_security import (
     read_properties,
 )
 from pi_jobs.settings import Settings
+from pi_jobs.stream import stream_config
 
 SECRET = "s3cret-Pa55-do-not-log"
 SASL_ENV = {
@@ -145,7 +146,7 @@ def test_sasl_client_against_the_plaintext_broker_fails_loudly(broker):
 def test_hostile_strings_are_parameters_or_rejected(tmp_path):
     pytest.importorskip("chdb")
     from pi_catalog import Catalog
-    from pi_jobs.validation import ValidationSetupError, validate_table
+    from pi_jobs.ops.validation import ValidationSetupError, validate_table
 
     from tests.fixtures import lake_factory as lf
 

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 from pi_jobs.errors import StackError
+from pi_jobs.local.stack import broker_status, java_version, start_broker, stop_broker
 from pi_jobs.settings import Settings
-from pi_jobs.stack import broker_status, java_version, start_broker, stop_broker
 
 pytestmark = pytest.mark.integration
 

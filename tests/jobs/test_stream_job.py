@@ -46,10 +46,10 @@ def _episode(index: int) -> Episode:
 
 @dataclass
 class Landed:
-    config: Any  # pi_jobs.stream_job.StreamJobConfig
+    config: Any  # pi_jobs.stream.driver.StreamJobConfig
     episodes: list[Episode]
     layout: LakeLayout
-    report: Any  # pi_jobs.stream_job.StreamReport
+    report: Any  # pi_jobs.stream.driver.StreamReport
     acks: list[Ack]
     garbage_offset: tuple[int, int]
     stray: Episode
@@ -79,8 +79,8 @@ def _read_acks(broker: str, topic: str, expected: int, timeout_s: float = 30.0) 
 def landed(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFactory) -> Landed:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pi_jobs.featurize import FeaturizeConfig
-    from pi_jobs.stream_job import StreamJobConfig, run_stream_job
+    from pi_jobs.stream import StreamJobConfig, run_stream_job
+    from pi_jobs.stream.featurize import FeaturizeConfig
 
     run = uuid.uuid4().hex[:8]
     raw_topic, ack_topic = f"it-raw-{run}", f"it-ack-{run}"
@@ -205,7 +205,7 @@ def test_job_failure_surfaces_with_log_tail(landed: Landed, tmp_path: Path) -> N
     from dataclasses import replace
 
     from pi_jobs import StreamJobError
-    from pi_jobs.stream_job import run_stream_job
+    from pi_jobs.stream import run_stream_job
 
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the lake should be")
@@ -224,7 +224,7 @@ def test_job_failure_surfaces_with_log_tail(landed: Landed, tmp_path: Path) -> N
 
 @integration
 def test_true_end_offsets_count_every_record(landed: Landed) -> None:
-    from pi_jobs.stream_job import true_end_offsets
+    from pi_jobs.stream.offsets import true_end_offsets
 
     # the topic is fresh (offsets start at 0): the true ends add up to the records produced,
     # although the broker's high watermarks undercount batches of several records
@@ -233,7 +233,7 @@ def test_true_end_offsets_count_every_record(landed: Landed) -> None:
 
 @integration
 def test_second_run_resumes_from_committed_offsets(landed: Landed) -> None:
-    from pi_jobs.stream_job import run_stream_job
+    from pi_jobs.stream import run_stream_job
 
     report = run_stream_job(landed.config, until_idle=True, idle_timeout_s=1.0, max_runtime_s=240)
     assert (report.messages, report.episodes_committed) == (0, 0)
@@ -242,7 +242,7 @@ def test_second_run_resumes_from_committed_offsets(landed: Landed) -> None:
 
 # -- pure helpers of the driver (no broker, no Flink) -------------------------------------------
 def test_config_validation_and_repr_hides_client_options(tmp_path: Path) -> None:
-    from pi_jobs.stream_job import StreamJobConfig
+    from pi_jobs.stream import StreamJobConfig
 
     def make(**kw: Any) -> StreamJobConfig:
         base: dict[str, Any] = {
@@ -264,7 +264,7 @@ def test_config_validation_and_repr_hides_client_options(tmp_path: Path) -> None
 
 
 def test_caught_up_uses_processed_and_committed_offsets() -> None:
-    from pi_jobs.stream_job import _caught_up
+    from pi_jobs.stream.driver import _caught_up
 
     ends = {0: 10, 1: 5, 2: 0}
     assert _caught_up({"offsets": {"0": 9, "1": 4}}, ends, {})
@@ -275,7 +275,7 @@ def test_caught_up_uses_processed_and_committed_offsets() -> None:
 
 
 def test_python_error_keeps_the_innermost_frames_and_reason() -> None:
-    from pi_jobs.stream_job import python_error
+    from pi_jobs.stream._logs import python_error
 
     frames = "".join(f'  File "f{i}.py", line {i}, in g\n    x()\n' for i in range(40))
     head = "java.lang.RuntimeException: boom\nTraceback (most recent call last):\n"

@@ -10,7 +10,7 @@ import pyarrow as pa
 import pytest
 from deltalake import write_deltalake
 from pi_jobs.cli import main
-from pi_jobs.validation import ValidationSetupError, load_frame, validate_table
+from pi_jobs.ops.validation import ValidationSetupError, load_frame, validate_table
 
 from tests.fixtures import lake_factory as lf
 

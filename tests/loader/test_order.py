@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+import types
 from collections import Counter
 
 import numpy as np
@@ -83,4 +85,40 @@ def test_shard_errors_are_clear() -> None:
         ShardSpec(index=True, count=2)
     with pytest.raises(ShardError, match="cannot give each of 5 shards"):
         shard_order(np.arange(3), shard_index=0, shard_count=5, drop_remainder=True)
-    assert ShardSpec.auto() == ShardSpec(0, 1) or ShardSpec.auto().count >= 1
+
+
+def _fake_module(name: str, **attributes: object) -> types.ModuleType:
+    module = types.ModuleType(name)
+    for key, value in attributes.items():
+        setattr(module, key, value)
+    return module
+
+
+def test_shard_spec_auto_follows_the_running_framework(monkeypatch: pytest.MonkeyPatch) -> None:
+    # The shard is an input of the order: auto() must pick this host's part as its docstring says.
+    monkeypatch.delitem(sys.modules, "torch.distributed", raising=False)
+    monkeypatch.delitem(sys.modules, "jax", raising=False)
+    assert ShardSpec.auto() == ShardSpec(index=0, count=1)  # no framework: the whole epoch
+
+    monkeypatch.setitem(
+        sys.modules, "jax", _fake_module("jax", process_index=lambda: 2, process_count=lambda: 4)
+    )
+    assert ShardSpec.auto() == ShardSpec(index=2, count=4)  # JAX imported: its process index
+
+    def torch_distributed(initialized: bool) -> types.ModuleType:
+        return _fake_module(
+            "torch.distributed",
+            is_available=lambda: True,
+            is_initialized=lambda: initialized,
+            get_rank=lambda: 1,
+            get_world_size=lambda: 3,
+        )
+
+    for initialized in (False, True):
+        dist = torch_distributed(initialized)
+        monkeypatch.setitem(sys.modules, "torch.distributed", dist)
+        monkeypatch.setitem(sys.modules, "torch", _fake_module("torch", distributed=dist))
+        if initialized:
+            assert ShardSpec.auto() == ShardSpec(index=1, count=3)  # a process group wins over JAX
+        else:
+            assert ShardSpec.auto() == ShardSpec(index=2, count=4)  # torch imported, no process group

@@ -7,7 +7,6 @@ to it over HTTP and pyarrow's S3 client reads them back, as they would from AWS.
 from __future__ import annotations
 
 import hashlib
-import inspect
 import multiprocessing as mp
 import pickle
 from collections.abc import Iterator
@@ -19,6 +18,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
+from pi_loader import Dataset, Loader
 from pi_loader._cache import CacheConfig, StorageError
 from pi_loader._storage import (
     LocalStorage,
@@ -29,6 +29,7 @@ from pi_loader._storage import (
     storage_for,
 )
 
+from tests.fixtures.lake_factory import write_lake
 from tests.fixtures.s3_server import SECRET_ACCESS_KEY, S3Endpoint, s3_endpoint
 
 FILES = 6  # one Delta commit per file
@@ -283,12 +284,6 @@ def test_s3_two_processes_fill_one_cache(
 
 
 def test_dataset_on_s3_equals_the_local_dataset(s3: S3Endpoint, tmp_path: Path) -> None:
-    from pi_loader import Dataset
-
-    if "cache" not in inspect.signature(Dataset).parameters:
-        pytest.xfail("Dataset does not take storage_options/cache yet (the loader-core wiring)")
-    from tests.fixtures.lake_factory import write_lake
-
     lake = write_lake(tmp_path / "lake", episodes=2, steps=6, cameras=("front", "wrist"), size=(48, 32))
     # Delta logs name data files relative to the table root, so a copied lake is the same lake.
     s3fs = S3Options.from_storage_options(s3.storage_options).filesystem()
@@ -300,13 +295,13 @@ def test_dataset_on_s3_equals_the_local_dataset(s3: S3Endpoint, tmp_path: Path) 
                 out.write(path.read_bytes())
 
     local = Dataset(str(tmp_path / "lake"), episode_ids=lake.episode_ids, seed=5, action_horizon=4)
-    # Passed as a dict so this file type-checks both before and after Dataset grows the arguments.
-    remote_args: dict[str, Any] = {
-        "storage_options": s3.storage_options,
-        "cache": CacheConfig(tmp_path / "cache", 10**8),
-    }
     remote = Dataset(
-        s3.uri("copied-lake"), episode_ids=lake.episode_ids, seed=5, action_horizon=4, **remote_args
+        s3.uri("copied-lake"),
+        episode_ids=lake.episode_ids,
+        seed=5,
+        action_horizon=4,
+        storage_options=s3.storage_options,
+        cache=CacheConfig(tmp_path / "cache", 10**8),
     )
     assert len(remote) == len(local) > 0
     for i in range(len(local)):
@@ -320,12 +315,14 @@ def test_dataset_on_s3_equals_the_local_dataset(s3: S3Endpoint, tmp_path: Path) 
     assert any((tmp_path / "cache" / "objects").rglob("*.parquet"))  # it read through the cache
 
     # Worker processes (forked after the parent's S3 client exists, and spawned) fill a fresh cache.
-    from pi_loader import Loader
-
     for method in ("fork", "spawn"):
-        remote_args["cache"] = CacheConfig(tmp_path / f"cache-{method}", 10**8)
         fresh = Dataset(
-            s3.uri("copied-lake"), episode_ids=lake.episode_ids, seed=5, action_horizon=4, **remote_args
+            s3.uri("copied-lake"),
+            episode_ids=lake.episode_ids,
+            seed=5,
+            action_horizon=4,
+            storage_options=s3.storage_options,
+            cache=CacheConfig(tmp_path / f"cache-{method}", 10**8),
         )
         cached_at_open = len(list((tmp_path / f"cache-{method}").rglob("*.parquet")))
         want = list(Loader(local, batch_size=4, num_workers=0))

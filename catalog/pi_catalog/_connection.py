@@ -1,0 +1,121 @@
+"""Where a catalog lives and how a process gets in: location parsing (a chdb path or an
+http(s) server URL), the cross-process lock of a chdb path, and the clickhouse-connect client."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import fcntl
+import os
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from pi_catalog._errors import CatalogLockTimeout, PiCatalogError
+
+USER_ENV = "PILAKE_CLICKHOUSE_USER"
+PASSWORD_ENV = "PILAKE_CLICKHOUSE_PASSWORD"
+
+# Polling interval while waiting for the lock: short next to a ~50 ms catalog operation.
+_LOCK_POLL_S = 0.02
+
+
+@dataclass(frozen=True, slots=True)
+class ServerLocation:
+    """A ClickHouse server's address."""
+
+    host: str
+    port: int
+    database: str
+    secure: bool
+
+
+def parse_location(location: str) -> str | ServerLocation:
+    """A chdb data path (made absolute) or a `ServerLocation`, or a ValueError saying what
+    form a location takes."""
+    if not isinstance(location, str | os.PathLike):
+        raise TypeError(f"location must be a path or an http(s) URL string, got {type(location).__name__}")
+    location = os.fspath(location)
+    if not location:
+        raise ValueError("location must be a filesystem path or 'http://host:port[/db]', got ''")
+    if location.startswith(("http://", "https://")):
+        parts = urlsplit(location)
+        if not parts.hostname:
+            raise ValueError(f"location {location!r} has no host; use 'http://host:port[/db]'")
+        secure = parts.scheme == "https"
+        database = parts.path.strip("/") or "default"
+        if "/" in database:
+            raise ValueError(f"location {location!r}: the path must be one database name, got {database!r}")
+        return ServerLocation(parts.hostname, parts.port or (8443 if secure else 8123), database, secure)
+    if "://" in location:
+        raise ValueError(
+            f"location {location!r} is neither a filesystem path (chdb) nor an http(s):// URL "
+            "(ClickHouse server)"
+        )
+    return os.path.abspath(location)
+
+
+@contextlib.contextmanager
+def exclusive_lock(lock_path: str | None, timeout_s: float) -> Iterator[None]:
+    """Hold an exclusive flock on `lock_path` (None: no lock; a server serializes its own
+    clients), waiting up to `timeout_s` for another process to release it.
+
+    Example:
+        >>> with exclusive_lock("/data/catalog.lock", 60.0):
+        ...     pass
+    """
+    if lock_path is None:
+        yield
+        return
+    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
+    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
+    try:
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except OSError as err:
+                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                    raise
+                if time.monotonic() >= deadline:
+                    raise CatalogLockTimeout(lock_path, timeout_s) from None
+                time.sleep(_LOCK_POLL_S)
+        try:
+            yield
+        finally:
+            fcntl.flock(fd, fcntl.LOCK_UN)
+    finally:
+        os.close(fd)
+
+
+def connect(target: str | ServerLocation, location: str) -> Any:
+    """A clickhouse-connect client for a chdb path or a server (credentials from the environment;
+    never echoed in errors).
+
+    Example:
+        >>> client = connect("/data/catalog", "/data/catalog")
+    """
+    try:
+        import clickhouse_connect
+    except ImportError as err:
+        raise ImportError(
+            "pi_catalog needs clickhouse-connect and chdb: pip install 'pi-lake[catalog]'"
+        ) from err
+    try:
+        if isinstance(target, str):
+            os.makedirs(target, exist_ok=True)
+            return clickhouse_connect.get_client(dsn=f"chdb://{target}")
+        return clickhouse_connect.get_client(
+            host=target.host,
+            port=target.port,
+            database=target.database,
+            secure=target.secure,
+            username=os.environ.get(USER_ENV, "default"),
+            password=os.environ.get(PASSWORD_ENV, ""),
+        )
+    except Exception as err:
+        # Never echo credentials: the message names the location only.
+        raise PiCatalogError(f"cannot open the catalog at {location}: {err}") from err

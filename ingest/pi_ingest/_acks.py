@@ -1,0 +1,144 @@
+"""The uploader's ack listener: the lake's acknowledgements -> confirmed (dropped) spool entries.
+
+Last hop of the uploader. The stream job publishes an `Ack` on `episodes.ack.v1` after the
+Delta commit or the quarantine write; a matching spooled episode is confirmed in the
+`pi_ingest.spool` and so is never sent again. End offsets of the local broker are wrong, so
+nothing here reads high watermarks; the consumer uses `assign()` from the beginning (no group
+join), see ARCHITECTURE.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+import uuid
+from typing import Any
+
+from pi_format.topics import Ack, AckStatus
+
+from pi_ingest._config import UploaderConfig
+from pi_ingest._kafka_log import KafkaLog
+from pi_ingest.spool import Spool
+
+logger = logging.getLogger("pi_ingest")
+
+
+class AckListener:
+    """Reads the ack topic and confirms the spooled episodes the acks name.
+
+    `committed`/`quarantined` list the episode ids confirmed so far, in arrival order. Not
+    thread-safe; the consumer is created on first use.
+
+    Example:
+        >>> listener = AckListener(config, spool, KafkaLog())
+        >>> acks = listener.poll(5.0)
+        >>> listener.committed
+        ['sim0-r000-e00000']
+    """
+
+    def __init__(self, config: UploaderConfig, spool: Spool, kafka_log: KafkaLog) -> None:
+        self.config = config
+        self.spool = spool
+        self._consumer: Any = None
+        self._assigned = False
+        self._kafka_logger = kafka_log
+        self.committed: list[str] = []
+        self.quarantined: list[str] = []
+
+    def close(self) -> None:
+        """Close the consumer, if one was created."""
+        if self._consumer is not None:
+            try:
+                self._consumer.close()
+            finally:
+                self._consumer = None
+
+    def _get_consumer(self, metadata_timeout_s: float) -> Any:
+        """The ack consumer, assigned to every partition from the beginning; None until the topic exists."""
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+
+        if self._consumer is None:
+            conf: dict[str, Any] = {
+                "bootstrap.servers": self.config.bootstrap_servers,
+                # Needed by the client, never joined: assign() below skips the group protocol.
+                "group.id": f"pi-ingest-acks-{uuid.uuid4().hex}",
+                "enable.auto.commit": False,
+                # After a broker restart our position is past the new log's end: start over.
+                "auto.offset.reset": "earliest",
+                "session.timeout.ms": 6000,
+                "heartbeat.interval.ms": 1000,
+                "fetch.wait.max.ms": 100,
+                "logger": self._kafka_logger,
+            }
+            conf.update(self.config.client_options)
+            self._consumer = Consumer(conf)
+            self._assigned = False
+        if not self._assigned:
+            meta = self._consumer.list_topics(self.config.ack_topic, timeout=metadata_timeout_s)
+            topic = meta.topics.get(self.config.ack_topic)
+            if topic is None or topic.error is not None or not topic.partitions:
+                logger.debug("ack topic %s not available yet", self.config.ack_topic)
+                return None
+            self._consumer.assign(
+                [TopicPartition(self.config.ack_topic, p, OFFSET_BEGINNING) for p in sorted(topic.partitions)]
+            )
+            self._assigned = True
+        return self._consumer
+
+    def _handle_ack(self, value: bytes | None) -> Ack | None:
+        if value is None:
+            return None
+        try:
+            ack = Ack.decode(value)
+            entry = self.spool.get(ack.episode_id)
+        except ValueError as err:  # garbage on the topic, or an id that is no valid name
+            logger.debug("ignoring unreadable ack: %s", err)
+            return None
+        if entry is None:
+            return None
+        self.spool.confirm(ack.episode_id, status=ack.status.value, attempt_id=ack.attempt_id)
+        if ack.status is AckStatus.QUARANTINED:
+            # Durable in the quarantine table: nothing a re-send could fix, so it is done too.
+            logger.warning("episode %s was quarantined by the lake: %s", ack.episode_id, ack.reason)
+            self.quarantined.append(ack.episode_id)
+        else:
+            self.committed.append(ack.episode_id)
+        return ack
+
+    def poll(self, timeout_s: float) -> list[Ack]:
+        """Read acknowledgements for up to `timeout_s` and confirm the matching spool entries.
+
+        Returns early when the spool is empty, or when acks arrived and the topic then went
+        quiet. Acks for unknown episodes and unreadable messages are ignored.
+
+        Returns:
+            The acks that confirmed a spooled episode.
+
+        Example:
+            >>> [a.episode_id for a in listener.poll(5.0)]
+            ['sim0-r000-e00000']
+        """
+        from confluent_kafka import KafkaError
+
+        deadline = time.monotonic() + max(0.0, timeout_s)
+        acks: list[Ack] = []
+        while True:
+            remaining = deadline - time.monotonic()
+            consumer = self._get_consumer(min(5.0, max(0.5, remaining)))
+            if consumer is None:
+                if remaining <= 0:
+                    break
+                time.sleep(min(0.5, remaining))
+                continue
+            batch = consumer.consume(num_messages=1000, timeout=max(0.0, min(remaining, 0.5)))
+            for msg in batch:
+                if msg.error() is not None:
+                    if msg.error().code() != KafkaError._PARTITION_EOF:
+                        logger.debug("ack consumer error: %s", msg.error())
+                    continue
+                ack = self._handle_ack(msg.value())
+                if ack is not None:
+                    acks.append(ack)
+            if remaining <= 0 or len(self.spool) == 0 or (acks and not batch):
+                break
+        return acks

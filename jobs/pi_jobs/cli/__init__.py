@@ -1,0 +1,64 @@
+"""`pilake`: the command line of pi-lake, one module per command group. Arguments are parsed
+into typed options here, at the edge; every command calls the package APIs and imports its heavy
+dependencies lazily, so `pilake sql` on a training host does not load PyFlink. The CLI is the
+only code that may import every pi package; nothing imports it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import sys
+from collections.abc import Sequence
+
+from pi_jobs.cli import _audit, _catalog, _ingest, _quality, _quarantine, _stack, _stream, demo
+from pi_jobs.cli._stream import stream_config_from_args
+from pi_jobs.errors import PiJobsError
+from pi_jobs.settings import Settings
+
+__all__ = ["build_parser", "main", "stream_config_from_args"]
+
+# The order of `pilake --help`.
+_COMMAND_GROUPS = (_stack, _ingest, _stream, _quarantine, _catalog, _audit, _quality, demo)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The `pilake` argument parser, every command group registered.
+
+    Example:
+        >>> build_parser().parse_args(["stream", "--until-idle"]).until_idle
+        True
+    """
+    parser = argparse.ArgumentParser(
+        prog="pilake",
+        description="pi-lake: robots -> Kafka -> PyFlink -> Delta + ClickHouse -> pi_loader",
+    )
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+    for group in _COMMAND_GROUPS:
+        group.add_commands(sub)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of the `pilake` command."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.DEBUG if args.verbose else logging.INFO,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+        datefmt="%H:%M:%S",
+    )
+    try:
+        settings = Settings.from_env()
+        return int(args.func(settings, args))
+    except (PiJobsError, ValueError, OSError) as err:
+        print(f"pilake {args.command}: error: {err}", file=sys.stderr)
+        return 1
+    except Exception as err:
+        # Other packages' errors (catalog, ingest, format) are already readable; no traceback
+        # for a user mistake, but keep the type so a bug is recognisable.
+        print(f"pilake {args.command}: {type(err).__name__}: {err}", file=sys.stderr)
+        if args.verbose:
+            raise
+        return 1
+

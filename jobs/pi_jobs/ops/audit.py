@@ -1,0 +1,191 @@
+"""`pilake audit`: read the spools, the Delta tables, the catalog and the topic's offsets, and
+reconcile them (`pi_jobs.ops._reconcile` holds the counting rules and the report).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections import Counter
+from collections.abc import Collection, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pi_jobs.ops._reconcile import (
+    AuditError,
+    AuditInputs,
+    AuditReport,
+    QuarantineRecord,
+    TopicOffsets,
+    format_report,
+    reconcile,
+)
+
+if TYPE_CHECKING:
+    from pi_format import LakeLayout
+
+    from pi_jobs.stream.config import StreamJobConfig
+
+__all__ = [
+    "AuditError",
+    "AuditInputs",
+    "AuditReport",
+    "QuarantineRecord",
+    "TopicOffsets",
+    "audit",
+    "collect",
+    "format_report",
+    "read_spools",
+    "read_topic",
+    "reconcile",
+]
+
+log = logging.getLogger("pi_jobs.ops.audit")
+
+
+def _read_table(path: str, columns: list[str]) -> Any:
+    """Columns of a Delta table, or None when the table does not exist yet."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path)
+    except TableNotFoundError:
+        return None
+    except Exception as err:  # unreadable log, permissions: say which table
+        raise AuditError(f"cannot read the Delta table at {path}: {err}") from err
+    return table.to_pyarrow_table(columns=columns)
+
+
+def read_spools(spool_dirs: Sequence[Path]) -> tuple[dict[str, int], dict[str, str]]:
+    """(submissions per episode id, last ack status per episode id) over the spools' ledgers."""
+    from pi_ingest.spool import read_ledger
+
+    submitted: Counter[str] = Counter()
+    confirmed: dict[str, str] = {}
+    for root in spool_dirs:
+        for event in read_ledger(Path(root)):
+            if event.event == "submitted":
+                submitted[event.episode_id] += 1
+            elif event.event == "confirmed":
+                confirmed[event.episode_id] = event.status
+    return dict(submitted), confirmed
+
+
+def read_topic(config: StreamJobConfig) -> TopicOffsets:
+    """True end offsets of the raw topic and the stream job's committed offsets.
+
+    Raises:
+        AuditError: the broker or the topic cannot be reached.
+    """
+    from pi_jobs.stream.offsets import committed_offsets, true_end_offsets
+
+    try:
+        ends = true_end_offsets(config, quiet_s=0.5)
+        committed = committed_offsets(config, sorted(ends))
+    except Exception as err:
+        raise AuditError(
+            f"cannot read offsets of {config.raw_topic} on {config.bootstrap_servers}: {err}; "
+            "start the broker (pilake up) or audit without the topic (--no-topic)"
+        ) from err
+    return TopicOffsets(end=ends, committed=committed)
+
+
+def collect(
+    layout: LakeLayout,
+    *,
+    spool_dirs: Sequence[Path] = (),
+    catalog_path: str | None = None,
+    topic_config: StreamJobConfig | None = None,
+) -> AuditInputs:
+    """Read what `reconcile` needs. The catalog is skipped when `catalog_path` is None, the
+    topic when `topic_config` is None.
+
+    Raises:
+        AuditError: a source exists but cannot be read.
+
+    Example:
+        >>> inputs = collect(LakeLayout("/data/lake"), spool_dirs=[Path("/data/spool")],
+        ...                  catalog_path="/data/catalog")
+    """
+    submitted, confirmed = read_spools(spool_dirs)
+    raw = _read_table(layout.raw, ["episode_id"])
+    episodes = _read_table(layout.episodes, ["episode_id", "attempt_id"])
+    quarantine = _read_table(
+        layout.quarantine,
+        ["episode_id", "reason", "kafka_topic", "kafka_partition", "kafka_offsets", "quarantined_at_ns"],
+    )
+    releases = _read_table(layout.table("quarantine_releases"), ["episode_id"])
+    visible_rows: list[tuple[str, str]] = []
+    if episodes is not None:
+        visible_rows = list(
+            zip(
+                episodes.column("episode_id").to_pylist(),
+                episodes.column("attempt_id").to_pylist(),
+                strict=True,
+            )
+        )
+    quarantine_rows: list[QuarantineRecord] = []
+    if quarantine is not None:
+        for row in quarantine.to_pylist():
+            offsets = row["kafka_offsets"] or [-1]
+            quarantine_rows.append(
+                QuarantineRecord(
+                    episode_id=row["episode_id"],
+                    reason=row["reason"],
+                    record_count=len(row["kafka_offsets"] or ()),
+                    quarantined_at_ns=int(row["quarantined_at_ns"]),
+                    kafka_key=f"kafka:{row['kafka_topic']}/{row['kafka_partition']}/{offsets[0]}",
+                )
+            )
+    catalog_ids: list[str] | None = None
+    if catalog_path is not None:
+        catalog_ids = _catalog_ids(catalog_path)
+    topic = read_topic(topic_config) if topic_config is not None else None
+    return AuditInputs(
+        submitted=submitted,
+        confirmed=confirmed,
+        raw_episode_ids=[] if raw is None else raw.column("episode_id").to_pylist(),
+        visible_rows=visible_rows,
+        quarantine_rows=quarantine_rows,
+        released=[] if releases is None else releases.column("episode_id").to_pylist(),
+        catalog_ids=catalog_ids,
+        topic=topic,
+        spool_dirs=[str(p) for p in spool_dirs],
+    )
+
+
+def _catalog_ids(catalog_path: str) -> list[str]:
+    """Every row's episode_id in the catalog's deduplicated view (repeats kept: they count)."""
+    from pi_catalog import Catalog, PiCatalogError
+
+    try:
+        catalog = Catalog(catalog_path)
+        catalog.ensure_schema()
+        table = catalog.query_arrow("SELECT episode_id FROM episodes")
+    except PiCatalogError as err:
+        raise AuditError(f"cannot read the catalog at {catalog_path}: {err}") from err
+    return [v.decode() if isinstance(v, bytes) else str(v) for v in table.column("episode_id").to_pylist()]
+
+
+def audit(
+    layout: LakeLayout,
+    *,
+    spool_dirs: Collection[Path] = (),
+    catalog_path: str | None = None,
+    topic_config: StreamJobConfig | None = None,
+) -> AuditReport:
+    """Collect and reconcile: the report `pilake audit` prints.
+
+    Example:
+        >>> report = audit(LakeLayout("/data/lake"), spool_dirs=[Path("/data/spool")],
+        ...                catalog_path="/data/catalog")
+        >>> report.ok
+        True
+    """
+    inputs = collect(
+        layout, spool_dirs=list(spool_dirs), catalog_path=catalog_path, topic_config=topic_config
+    )
+    report = reconcile(inputs)
+    log.debug("audit: %s", json.dumps(report.to_json())[:2000])
+    return report

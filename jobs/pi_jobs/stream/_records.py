@@ -1,0 +1,97 @@
+"""Records of the stream job's sink: a source message, and the raw and quarantine rows made from
+messages (pure: no I/O)."""
+
+from __future__ import annotations
+
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pi_format import QUARANTINE_SCHEMA, RAW_SCHEMA, QuarantineReason
+
+# Key of messages that carry no usable episode id: they all land on one assembler-free path
+# and go straight to quarantine.
+NO_KEY = "__nokey__"
+# An oversize message is kept in raw only up to the protocol's limit: it can never be
+# re-admitted, and a 256 MiB message must not bloat the bronze table (SPEC.md 7.5).
+OVERSIZE_KEEP_BYTES = 1_000_000
+
+def episode_key(row: Any) -> str:
+    """The key_by key of a source row: its Kafka key as text, or NO_KEY."""
+    key = row[0]
+    if not key:
+        return NO_KEY
+    try:
+        text = bytes(key).decode("utf-8")
+    except UnicodeDecodeError:
+        return NO_KEY
+    return text if text and text != NO_KEY else NO_KEY
+
+
+@dataclass(slots=True)
+class SourceMessage:
+    """One Kafka record as the sink received it."""
+
+    topic: str
+    partition: int
+    offset: int
+    received_at_ns: int
+    key: str | None
+    value: bytes
+    chunk_index: int | None = None
+
+
+def raw_rows(messages: list[SourceMessage], attempt_id: str, chunk_indices: list[int | None]) -> pa.Table:
+    return pa.Table.from_pydict(
+        {
+            "episode_id": [m.key for m in messages],
+            "chunk_index": chunk_indices,
+            "kafka_topic": [m.topic for m in messages],
+            "kafka_partition": [m.partition for m in messages],
+            "kafka_offset": [m.offset for m in messages],
+            "received_at_ns": [m.received_at_ns for m in messages],
+            "attempt_id": [attempt_id] * len(messages),
+            "message": [m.value for m in messages],
+        },
+        schema=RAW_SCHEMA,
+    )
+
+
+def quarantine_row(
+    *,
+    episode_id: str | None,
+    reason: QuarantineReason,
+    details: str,
+    messages: list[SourceMessage],
+    attempt_id: str,
+    size_bytes: int | None = None,
+) -> pa.Table:
+    first = messages[0]
+    offsets = [m.offset for m in messages]
+    pointer = (
+        f"raw: attempt_id={attempt_id} topic={first.topic} partition={first.partition} "
+        f"offsets={offsets[0]}..{offsets[-1]}"
+        if len(offsets) > 1
+        else f"raw: attempt_id={attempt_id} topic={first.topic} partition={first.partition} "
+        f"offset={offsets[0]}"
+    )
+    return pa.Table.from_pylist(
+        [
+            {
+                "quarantine_id": str(uuid.uuid4()),
+                "episode_id": episode_id,
+                "reason": reason.value,
+                "details": details[:2000],
+                "kafka_topic": first.topic,
+                "kafka_partition": first.partition,
+                "kafka_offsets": offsets,
+                "raw_pointer": pointer,
+                "size_bytes": size_bytes if size_bytes is not None else sum(len(m.value) for m in messages),
+                "attempt_id": attempt_id,
+                "quarantined_at_ns": time.time_ns(),
+            }
+        ],
+        schema=QUARANTINE_SCHEMA,
+    )

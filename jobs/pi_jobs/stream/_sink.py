@@ -1,0 +1,354 @@
+"""The Python side of the stream job: the keyed lake sink that runs inside the Flink worker.
+
+Kafka source -> key by episode -> **EpisodeSinkFunction**: raw rows, chunk assembly,
+validation, featurize, Delta commit, catalog update, end-to-end ack, progress file.
+
+PyFlink has no Python sink API, so the sink is a KeyedProcessFunction that emits nothing.
+This module is imported by the Python worker process; everything it needs travels in the
+picklable `SinkSettings`.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+from pi_format import (
+    Ack,
+    AckStatus,
+    LakeLayout,
+    ProtocolError,
+    QuarantineReason,
+)
+from pyflink.datastream import KeyedProcessFunction, RuntimeContext
+
+from pi_jobs.stream._acks import AckPublisher
+from pi_jobs.stream._records import NO_KEY, OVERSIZE_KEEP_BYTES, SourceMessage, quarantine_row, raw_rows
+from pi_jobs.stream.contract import RobotRegistry, check_episode, load_registry
+from pi_jobs.stream.featurize import FeaturizeConfig, featurize
+
+log = logging.getLogger("pi_jobs.stream")
+
+# Default of SinkSettings.incomplete_timeout_ms (see StreamJobConfig.incomplete_timeout_s).
+DEFAULT_INCOMPLETE_TIMEOUT_MS = 60_000
+
+
+@dataclass(frozen=True, slots=True)
+class SinkSettings:
+    """What the worker-side sink needs; pickled into the Flink job."""
+
+    bootstrap_servers: str
+    lake_root: str
+    catalog_path: str
+    raw_topic: str
+    ack_topic: str
+    progress_path: str
+    featurize: FeaturizeConfig
+    # Kafka security settings (SASL passwords): kept out of the repr so they are never logged.
+    client_options: Mapping[str, str] = field(default_factory=dict, repr=False)
+    # The robot registry the contract checks against; None: the one shipped with pi_jobs.
+    registry: RobotRegistry | None = None
+    # An episode with no new chunk for this long (processing time) is quarantined as
+    # incomplete_timeout; its chunks are kept in raw.
+    incomplete_timeout_ms: int = DEFAULT_INCOMPLETE_TIMEOUT_MS
+
+
+@dataclass(slots=True)
+class _Pending:
+    """One episode being collected (held in the worker's memory, see EpisodeSinkFunction)."""
+
+    attempt_id: str
+    assembler: Any  # pi_format.wire.EpisodeAssembler
+    messages: list[SourceMessage] = field(default_factory=list)
+    last_chunk_ms: int = 0  # processing time of the latest chunk (the incomplete timeout's start)
+
+
+class EpisodeSinkFunction(KeyedProcessFunction):
+    """Keyed by episode_id: assemble, validate, featurize, commit, ack.
+
+    Partial episodes are kept in this instance's memory (a dict keyed by episode_id), not in
+    Flink keyed state: serializing megabytes of chunks into state on every message is slow.
+    A crash therefore loses the partial episodes; the source rewinds to the last checkpoint,
+    and for chunks older than that the uploader's end-to-end ack (it re-sends an episode whose
+    ack never came) recovers them. That is by design (architecture decision 3 makes the replay
+    harmless).
+    """
+
+    def __init__(self, settings: SinkSettings) -> None:
+        self.settings = settings
+
+    # -- lifecycle -------------------------------------------------------------------------
+    def open(self, runtime_context: RuntimeContext) -> None:
+        from pi_format.lake import LakeWriter
+
+        os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+        self.writer = LakeWriter(LakeLayout(self.settings.lake_root))
+        self.acks = AckPublisher(
+            self.settings.bootstrap_servers, self.settings.ack_topic, self.settings.client_options
+        )
+        self.catalog: Any = None
+        self.pending: dict[str, _Pending] = {}
+        self.registry = self.settings.registry or load_registry(None)
+        self.progress = self._load_progress()
+
+    def close(self) -> None:
+        acks = getattr(self, "acks", None)
+        if acks is not None:
+            acks.flush(10)
+
+    # -- progress --------------------------------------------------------------------------
+    def _load_progress(self) -> dict[str, Any]:
+        # After a Flink restart inside the same run, keep counting from where we were.
+        path = Path(self.settings.progress_path)
+        try:
+            doc: dict[str, Any] = json.loads(path.read_text())
+            if isinstance(doc.get("offsets"), dict):
+                return doc
+        except (OSError, ValueError):
+            pass
+        return {
+            "offsets": {},
+            "messages": 0,
+            "bytes": 0,
+            "committed": 0,
+            "duplicates": 0,
+            "quarantined": 0,
+            "incomplete": 0,
+            "timed_out": 0,
+            "first_activity_ns": 0,
+            "last_activity_ns": 0,
+        }
+
+    def _write_progress(self) -> None:
+        now = time.time_ns()
+        self.progress["incomplete"] = len(self.pending)
+        self.progress["first_activity_ns"] = self.progress.get("first_activity_ns") or now
+        self.progress["last_activity_ns"] = now
+        path = Path(self.settings.progress_path)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(json.dumps(self.progress, sort_keys=True))
+        os.replace(tmp, path)  # atomic: the driver never reads half a file
+
+    # -- outputs ---------------------------------------------------------------------------
+    def _quarantine(
+        self,
+        *,
+        episode_id: str | None,
+        err: ProtocolError | None,
+        reason: QuarantineReason | None = None,
+        details: str = "",
+        messages: list[SourceMessage],
+        attempt_id: str,
+        ack: bool,
+        size_bytes: int | None = None,
+    ) -> None:
+        why = err.reason if err is not None else reason
+        if why is None:
+            raise TypeError("_quarantine needs err or reason")
+        text = err.detail if err is not None else details
+        self.writer.write_quarantine(
+            quarantine_row(
+                episode_id=episode_id,
+                reason=why,
+                details=text,
+                messages=messages,
+                attempt_id=attempt_id,
+                size_bytes=size_bytes,
+            )
+        )
+        self.progress["quarantined"] += 1
+        log.warning("quarantined %s: [%s] %s", episode_id or "<no id>", why.value, text)
+        if ack and episode_id is not None:
+            self.acks.send(Ack(episode_id, AckStatus.QUARANTINED, attempt_id, time.time_ns(), why.value))
+
+    # -- per message -----------------------------------------------------------------------
+    def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
+        from pi_format.wire import EpisodeAssembler, decode_chunk, peek_episode_id
+
+        key_bytes, payload, partition, offset = value[0], value[1], value[2], value[3]
+        payload = bytes(payload) if payload is not None else b""
+        key = ctx.get_current_key()
+        msg = SourceMessage(
+            topic=self.settings.raw_topic,
+            partition=int(partition),
+            offset=int(offset),
+            received_at_ns=time.time_ns(),
+            key=None if key == NO_KEY else key,
+            value=payload,
+        )
+        p = self.progress
+        p["messages"] += 1
+        p["bytes"] += len(payload)
+        offsets: dict[str, int] = p["offsets"]
+        offsets[str(msg.partition)] = max(offsets.get(str(msg.partition), -1), msg.offset)
+
+        try:
+            chunk = decode_chunk(payload)
+            if msg.key is None:
+                shown = "none" if not key_bytes else repr(bytes(key_bytes)[:64])
+                raise ProtocolError(
+                    QuarantineReason.KEY_MISMATCH,
+                    f"message has no usable Kafka key ({shown}); chunk names {chunk.episode_id!r}",
+                )
+        except ProtocolError as err:
+            # A single message that cannot be used: keep its bytes and say why; the episode it
+            # may belong to carries on (and completes if the message is re-sent intact).
+            attempt_id = str(uuid.uuid4())
+            eid = msg.key or peek_episode_id(payload)
+            detail = err.detail
+            if err.reason is QuarantineReason.OVERSIZE:
+                detail += (
+                    f"; sha256 {hashlib.sha256(payload).hexdigest()}; raw keeps the first "
+                    f"{OVERSIZE_KEEP_BYTES} bytes"
+                )
+                msg.value = payload[:OVERSIZE_KEEP_BYTES]
+            self.writer.write_raw(raw_rows([msg], attempt_id, [None]))
+            self._quarantine(
+                episode_id=eid,
+                err=None,
+                reason=err.reason,
+                details=detail,
+                messages=[msg],
+                attempt_id=attempt_id,
+                ack=False,
+                size_bytes=len(payload),
+            )
+            self._write_progress()
+            return iter(())
+
+        now_ms = int(ctx.timer_service().current_processing_time())
+        pending = self.pending.get(msg.key)
+        if pending is None:
+            pending = _Pending(str(uuid.uuid4()), EpisodeAssembler(msg.key))
+            self.pending[msg.key] = pending
+            # One live timer per pending episode; on_timer re-arms it while chunks keep coming.
+            ctx.timer_service().register_processing_time_timer(now_ms + self.settings.incomplete_timeout_ms)
+        pending.last_chunk_ms = now_ms
+        try:
+            # returns False for an identical duplicate chunk, which the assembler ignores
+            pending.assembler.add(chunk)
+        except ProtocolError as err:
+            attempt_id = pending.attempt_id
+            if not pending.assembler.chunks:  # nothing valid collected under this key yet
+                del self.pending[msg.key]
+            self.writer.write_raw(raw_rows([msg], attempt_id, [chunk.chunk_index]))
+            self._quarantine(episode_id=msg.key, err=err, messages=[msg], attempt_id=attempt_id, ack=False)
+            self._write_progress()
+            return iter(())
+        # Identical re-sent chunks are kept in raw too: every message gets a raw row.
+        msg.chunk_index = chunk.chunk_index
+        pending.messages.append(msg)
+        if pending.assembler.is_complete:
+            del self.pending[msg.key]
+            self._complete(pending, manifest_at_ns=msg.received_at_ns)
+        self._write_progress()
+        return iter(())
+
+    def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
+        """The incomplete timeout of one episode: quarantine it unless chunks came meanwhile.
+
+        After a Flink restart timers are restored but `pending` (in memory) is not: a timer
+        without a pending episode does nothing.
+        """
+        key = ctx.get_current_key()
+        pending = self.pending.get(key)
+        if pending is None:
+            return iter(())
+        deadline_ms = pending.last_chunk_ms + self.settings.incomplete_timeout_ms
+        if timestamp < deadline_ms:  # a chunk arrived since this timer was set
+            ctx.timer_service().register_processing_time_timer(deadline_ms)
+            return iter(())
+        del self.pending[key]
+        self._time_out(pending)
+        self._write_progress()
+        return iter(())
+
+    def _time_out(self, pending: _Pending) -> None:
+        asm = pending.assembler
+        messages = sorted(pending.messages, key=lambda m: (m.partition, m.offset))
+        self.writer.write_raw(raw_rows(messages, pending.attempt_id, [m.chunk_index for m in messages]))
+        have = sorted(asm.chunks)
+        missing = [i for i in range(asm.chunk_count or 0) if i not in asm.chunks]
+        shown = f"{missing[:20]}{' ...' if len(missing) > 20 else ''}"
+        self.progress["timed_out"] = int(self.progress.get("timed_out", 0)) + 1
+        # No ack: the uploader re-sends an episode it got no ack for, and a full re-send can
+        # still complete (and commit) it; the commit then closes this quarantine row.
+        self._quarantine(
+            episode_id=asm.episode_id,
+            err=None,
+            reason=QuarantineReason.INCOMPLETE_TIMEOUT,
+            details=(
+                f"episode {asm.episode_id} has {len(have)} of {asm.chunk_count} chunks after "
+                f"{self.settings.incomplete_timeout_ms / 1000:g} s without a new chunk; missing {shown}"
+            ),
+            messages=messages,
+            attempt_id=pending.attempt_id,
+            ack=False,
+        )
+
+    def _complete(self, pending: _Pending, *, manifest_at_ns: int) -> None:
+        asm = pending.assembler
+        eid: str = asm.episode_id
+        messages = sorted(pending.messages, key=lambda m: (m.partition, m.offset))
+        # Raw (bronze) first: what arrived is kept even if it is rejected below (decision 2).
+        self.writer.write_raw(raw_rows(messages, pending.attempt_id, [m.chunk_index for m in messages]))
+        if self.writer.committed_attempt(eid) is not None:
+            self._duplicate(eid)
+            return
+        raw_size = int(asm.size_bytes)  # distinct chunks only
+        try:
+            episode = asm.assemble()
+            check_episode(episode, self.registry)
+            featurized = featurize(
+                episode,
+                attempt_id=pending.attempt_id,
+                received_at_ns=manifest_at_ns,
+                raw_size_bytes=raw_size,
+                committed_at_ns=time.time_ns(),
+                config=self.settings.featurize,
+            )
+        except ProtocolError as err:
+            self._quarantine(
+                episode_id=eid, err=err, messages=messages, attempt_id=pending.attempt_id, ack=True
+            )
+            return
+        version = self.writer.commit_episode(featurized)
+        if version < 0:  # committed by an earlier writer of this lake since we loaded the ids
+            self._duplicate(eid)
+            return
+        self._record_in_catalog(featurized.episode, version)
+        self.progress["committed"] += 1
+        self.acks.send(Ack(eid, AckStatus.COMMITTED, pending.attempt_id, time.time_ns()))
+
+    def _duplicate(self, episode_id: str) -> None:
+        """A re-send (or a replay) of an episode already in the lake: ack it again."""
+        self.progress["duplicates"] += 1
+        found = self.writer.committed_episode_row(episode_id)
+        if found is None:  # committed_attempt said yes: the row cannot vanish (one writer, no deletes)
+            raise RuntimeError(f"episode {episode_id} is marked committed but has no episodes row")
+        row, version = found
+        attempt = str(row.column("attempt_id")[0].as_py())
+        log.info("duplicate upload of %s (committed as attempt %s): ack again", episode_id, attempt)
+        # Recording again is idempotent, and repairs the catalog when a failure hit between the
+        # Delta commit and the catalog update (the replay after the restart lands here).
+        self._record_in_catalog(row, version)
+        self.acks.send(Ack(episode_id, AckStatus.COMMITTED, attempt, time.time_ns()))
+
+    def _record_in_catalog(self, episode_row: pa.Table, version: int) -> None:
+        # The catalog is derived (decision 7): Delta is already committed here. An error
+        # surfaces (the job fails and restarts, the replay sees a duplicate) rather than being
+        # hidden; `pilake` can rebuild the catalog from Delta.
+        if self.catalog is None:
+            from pi_catalog import Catalog
+
+            self.catalog = Catalog(self.settings.catalog_path)
+        self.catalog.record_episodes(episode_row, episodes_version=version)

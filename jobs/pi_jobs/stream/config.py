@@ -1,0 +1,122 @@
+"""What the stream job is told (`StreamJobConfig`) and what one run reports (`StreamReport`)."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pi_format
+
+from pi_jobs.settings import Settings
+from pi_jobs.stream.featurize import FeaturizeConfig
+
+
+@dataclass(frozen=True, slots=True)
+class StreamJobConfig:
+    """Where the stream job reads, writes and keeps its working files.
+
+    `client_options` are passed to both Kafka clients (Flink's Java source as `properties.*`,
+    and the confluent-kafka ack producer / end-offset probe) for SASL/TLS; use keys both
+    understand (e.g. `security.protocol`). They are never logged.
+
+    Example:
+        >>> StreamJobConfig(bootstrap_servers="127.0.0.1:19092", lake_root=".pilake/lake",
+        ...                 catalog_path=".pilake/catalog", work_dir=Path(".pilake/flink"),
+        ...                 jar_dir=Path(".pilake/jars"))
+    """
+
+    bootstrap_servers: str
+    lake_root: str
+    catalog_path: str
+    work_dir: Path
+    jar_dir: Path
+    raw_topic: str = pi_format.RAW_TOPIC
+    ack_topic: str = pi_format.ACK_TOPIC
+    # one group per lake: its committed offsets say where the next run resumes
+    group_id: str = "pilake-stream"
+    # 2 s: offsets are committed to Kafka on checkpoints, so this bounds what a restart re-reads
+    # (re-reads are harmless, decision 3) and how long `until_idle` waits after the last record.
+    checkpoint_interval_ms: int = 2000
+    featurize: FeaturizeConfig = field(default_factory=FeaturizeConfig)
+    client_options: Mapping[str, str] = field(default_factory=dict)
+    # The robot registry file of the ingest contract (pi_jobs.stream.contract); "" = the packaged one.
+    robots_path: str = ""
+    # An episode with no new chunk for this long is quarantined as incomplete_timeout (its
+    # chunks kept in raw). 60 s: far above the gaps between chunks of one upload, below the
+    # uploader's 120 s re-send, and `until_idle` waits for it when episodes are incomplete.
+    incomplete_timeout_s: float = 60.0
+
+    def __post_init__(self) -> None:
+        if not self.bootstrap_servers:
+            raise ValueError("bootstrap_servers must be 'host:port[,host:port]', got ''")
+        if not self.lake_root:
+            raise ValueError("lake_root must be a path or URI, got ''")
+        if not 0.1 <= self.incomplete_timeout_s <= 7 * 24 * 3600:
+            raise ValueError(
+                f"incomplete_timeout_s must be in [0.1, 604800] seconds, got {self.incomplete_timeout_s}"
+            )
+        if self.checkpoint_interval_ms < 100:
+            raise ValueError(f"checkpoint_interval_ms must be >= 100, got {self.checkpoint_interval_ms}")
+        for name in ("raw_topic", "ack_topic", "group_id"):
+            if not getattr(self, name):
+                raise ValueError(f"{name} must be non-empty")
+        object.__setattr__(self, "work_dir", Path(self.work_dir))
+        object.__setattr__(self, "jar_dir", Path(self.jar_dir))
+
+    def __repr__(self) -> str:  # client_options may hold credentials
+        return (
+            f"StreamJobConfig(bootstrap_servers={self.bootstrap_servers!r}, lake_root={self.lake_root!r}, "
+            f"raw_topic={self.raw_topic!r}, group_id={self.group_id!r}, work_dir={str(self.work_dir)!r})"
+        )
+
+    @property
+    def log_dir(self) -> Path:
+        return self.work_dir / "log"
+
+    @property
+    def progress_path(self) -> Path:
+        return self.work_dir / "progress.json"
+
+
+@dataclass(frozen=True, slots=True)
+class StreamReport:
+    """What one run of the stream job did (counts from the sink's progress file)."""
+
+    messages: int
+    episodes_committed: int
+    episodes_duplicate: int
+    quarantined: int
+    incomplete: int
+    bytes_in: int
+    elapsed_s: float  # from the call to the job's stop, job startup included
+    startup_s: float = 0.0  # from the call until the job was RUNNING
+    busy_s: float = 0.0  # from the first to the last message the sink handled
+
+    @property
+    def mb_per_s(self) -> float:
+        """Throughput over the whole call (startup and the idle wait included)."""
+        return self.bytes_in / 1e6 / self.elapsed_s if self.elapsed_s > 0 else 0.0
+
+    @property
+    def busy_mb_per_s(self) -> float:
+        """Throughput while records were flowing (what a long-running job sustains)."""
+        return self.bytes_in / 1e6 / self.busy_s if self.busy_s > 0 else 0.0
+
+
+def stream_config(settings: Settings) -> StreamJobConfig:
+    """The stream job's configuration for an installation (`pi_jobs.Settings`).
+
+    Example:
+        >>> stream_config(Settings.from_env()).lake_root
+        '/home/me/.pilake/lake'
+    """
+    return StreamJobConfig(
+        bootstrap_servers=settings.bootstrap_servers,
+        lake_root=settings.lake_root,
+        catalog_path=settings.catalog_path,
+        work_dir=settings.flink_dir,
+        jar_dir=settings.jar_dir,
+        robots_path=settings.robots_path,
+        client_options=settings.kafka.options,
+    )

@@ -1,0 +1,216 @@
+"""Selection: SQL, explicit ids or a snapshot -> the committed episodes a `Dataset` reads, pinned.
+
+First step of opening a `Dataset`: episode ids come from the catalog (SQL), a snapshot or the
+caller; the Delta version of every table read is resolved once and recorded in a `Snapshot`, so
+the same selection reads the same data later (decision 6). Also checks that a `SampleSpec` fits
+what the selected episodes hold (their cameras, step counts and video sizes).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+from pi_format import LakeLayout
+
+from pi_loader._errors import HorizonTooLongError, PiLoaderError, SnapshotError, UnknownCameraError
+from pi_loader._lake import TableFiles, read_committed_episodes, resolve_tables
+from pi_loader._snapshot import Snapshot
+from pi_loader._spec import SampleSpec
+from pi_loader._storage import Storage
+
+
+@dataclass(frozen=True, slots=True)
+class Selection:
+    """The committed episodes of a selection, at pinned table versions.
+
+    Every per-episode tuple is in `snapshot.episode_ids` order (sorted), the order samples are
+    numbered in before shuffling.
+
+    Example:
+        >>> selection = select_episodes(layout, storage, ids=None, pinned=None, sql=None)
+        >>> selection.snapshot.table_versions
+        {'episodes': 3, 'steps': 3, 'video': 3}
+    """
+
+    files: Mapping[str, TableFiles]  # "episodes", "steps", "video" at their pinned versions
+    rows: pa.Table  # the selected rows of the episodes table (the commit markers)
+    snapshot: Snapshot
+    episode_cameras: tuple[tuple[str, ...], ...]  # cameras each episode recorded
+    video_sizes: tuple[tuple[int, int], ...]  # (height, width) of each episode's video
+
+    @property
+    def episode_ids(self) -> tuple[str, ...]:
+        return self.snapshot.episode_ids
+
+    @property
+    def attempt_ids(self) -> tuple[str, ...]:
+        return self.snapshot.attempt_ids
+
+
+def resolve_snapshot(
+    snapshot: Snapshot | str | None,
+    catalog: str | None,
+    sql: str | None,
+    episode_ids: Sequence[str] | None,
+) -> Snapshot | None:
+    """The snapshot to reopen (loaded from the catalog when given by name), or None."""
+    if snapshot is None:
+        return None
+    if sql is not None or episode_ids is not None:
+        raise ValueError(
+            "pass a snapshot or sql/episode_ids, not both: the snapshot already pins the episodes"
+        )
+    if isinstance(snapshot, Snapshot):
+        return snapshot
+    if isinstance(snapshot, str):
+        if catalog is None:
+            raise ValueError(
+                f"snapshot={snapshot!r} is a name in the catalog: pass catalog=... too, "
+                "or load a file with snapshot=Snapshot.load(path)"
+            )
+        return Snapshot.from_catalog(catalog, snapshot)
+    raise TypeError(f"snapshot must be a Snapshot or a snapshot name, got {type(snapshot).__name__}")
+
+
+def resolve_ids(
+    sql: str | None,
+    episode_ids: Sequence[str] | None,
+    catalog: str | None,
+    sql_parameters: Mapping[str, object] | None = None,
+) -> list[str] | None:
+    """The episode ids the caller selected (by SQL over the catalog, or explicitly), or None
+    for every committed episode of the lake."""
+    if sql is not None and episode_ids is not None:
+        raise ValueError("pass either sql or episode_ids, not both")
+    if sql is not None:
+        if catalog is None:
+            raise ValueError(
+                "catalog is required with sql: pass catalog='/path/to/catalog' (or an http(s) URL), "
+                "e.g. the PILAKE_CATALOG of the installation"
+            )
+        from pi_catalog import Catalog
+
+        return Catalog(catalog).episode_ids(sql, sql_parameters)
+    if episode_ids is not None:
+        if isinstance(episode_ids, str):
+            raise TypeError("episode_ids must be a sequence of ids, got a single str; wrap it in a list")
+        return list(dict.fromkeys(str(e) for e in episode_ids))
+    return None
+
+
+def select_episodes(
+    layout: LakeLayout,
+    storage: Storage,
+    *,
+    ids: Sequence[str] | None,
+    pinned: Snapshot | None,
+    sql: str | None,
+    storage_options: Mapping[str, str] | None = None,
+) -> Selection:
+    """Pin the tables (at `pinned`'s versions, else the latest) and read the committed episodes
+    rows of `ids` (None: every committed episode).
+
+    Raises:
+        SnapshotError: with `pinned`, an episode that is not committed at its versions or whose
+            committed attempt differs (the snapshot belongs to another lake).
+        PiLoaderError: selected ids that are not committed (a stale catalog), or no episodes.
+    """
+    files = resolve_tables(layout, None if pinned is None else pinned.table_versions, storage_options)
+    versions = {name: f.version for name, f in files.items()}
+    rows = read_committed_episodes(files["episodes"], storage, ids)
+    found = rows.column("episode_id").to_pylist() if rows.num_rows else []
+    if ids is not None:
+        missing = sorted(set(ids) - set(found))
+        if missing:
+            raise (SnapshotError if pinned is not None else PiLoaderError)(
+                f"{len(missing)} selected episode(s) are not committed in the lake at "
+                f"{layout.episodes} (episodes version {versions['episodes']}): "
+                f"{missing[:5]}{' ...' if len(missing) > 5 else ''}; is the catalog stale? "
+                "`pilake catalog rebuild` re-derives it from the lake"
+            )
+    if not found:
+        raise PiLoaderError(
+            "the selection has no episodes" + (f" (sql: {sql})" if sql else f" (lake: {layout.root})")
+        )
+    attempts = rows.column("attempt_id").to_pylist()
+    if pinned is not None:
+        want = dict(zip(pinned.episode_ids, pinned.attempt_ids, strict=True))
+        changed = [e for e, a in zip(found, attempts, strict=True) if want[e] != a]
+        if changed:
+            raise SnapshotError(
+                f"episodes {changed[:5]} have another committed attempt in the lake at the snapshot's "
+                f"versions than the snapshot records: the snapshot belongs to another lake"
+            )
+    snapshot = Snapshot(
+        lake_root=layout.root,
+        table_versions=versions,
+        episode_ids=tuple(found),
+        attempt_ids=tuple(attempts),
+        sql=pinned.sql if pinned is not None else sql,
+        **({"created_at_ns": pinned.created_at_ns} if pinned is not None else {}),
+    )
+    return Selection(
+        files=files,
+        rows=rows,
+        snapshot=snapshot,
+        episode_cameras=tuple(tuple(c) for c in rows.column("cameras").to_pylist()),
+        video_sizes=tuple(
+            zip(rows.column("video_height").to_pylist(), rows.column("video_width").to_pylist(), strict=True)
+        ),
+    )
+
+
+def choose_cameras(
+    episode_cameras: Sequence[Sequence[str]], cameras: Sequence[str] | None
+) -> tuple[str, ...]:
+    """`cameras`, checked to be in every episode; None: the cameras all episodes share.
+
+    Raises:
+        UnknownCameraError: a camera not every episode has, or none shared.
+    """
+    first = episode_cameras[0]
+    common = [c for c in first if all(c in cams for cams in episode_cameras)]
+    if cameras is None:
+        if not common:
+            raise UnknownCameraError(
+                "the selected episodes share no camera; pass cameras=() for samples without images"
+            )
+        return tuple(common)
+    unknown = [c for c in cameras if c not in common]
+    if unknown:
+        raise UnknownCameraError(
+            f"unknown camera(s) {unknown}: the cameras available in every selected episode are {common}"
+        )
+    return tuple(cameras)
+
+
+def check_spec_fits(
+    spec: SampleSpec,
+    episode_ids: Sequence[str],
+    lengths: np.ndarray,
+    video_sizes: Sequence[tuple[int, int]],
+) -> None:
+    """Check the action horizon and crop against each episode's step count and video size.
+
+    Raises:
+        HorizonTooLongError: an episode shorter than the action horizon.
+        ValueError: a crop that does not fit an episode's video.
+    """
+    shortest = int(np.argmin(lengths))
+    if spec.action_horizon > lengths[shortest]:
+        raise HorizonTooLongError(
+            f"action_horizon={spec.action_horizon} is longer than episode {episode_ids[shortest]} "
+            f"({int(lengths[shortest])} steps): its samples would be mostly padding. Use a shorter "
+            f"horizon or select longer episodes (e.g. SQL `WHERE step_count >= {spec.action_horizon}`)"
+        )
+    if spec.crop is not None and spec.cameras:
+        top, left, height, width = spec.crop
+        for e, (h, w) in enumerate(video_sizes):
+            if top + height > h or left + width > w:
+                raise ValueError(
+                    f"crop={spec.crop} (top, left, height, width) does not fit episode "
+                    f"{episode_ids[e]}'s {h}x{w} (height x width) video"
+                )

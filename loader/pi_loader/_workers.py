@@ -1,0 +1,218 @@
+"""The loader's worker processes: batches of a Dataset read and decoded in parallel, in order.
+
+Both sides of the pipe live here. The main process (`WorkerPool`) sends batch b of an iteration
+to worker b % num_workers, keeps at most `prefetch_batches` in flight, and hands the batches
+back in order, so the number of workers changes speed, never the batches. A worker
+(`_worker_main`) builds each batch with `Dataset.samples`, writing frames into the batch's
+shared-memory slot (`_shared_batches`) when there is one, so images cross without pickling.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import multiprocessing
+import os
+import queue
+import traceback
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import numpy as np
+
+from pi_loader._dataset import Dataset
+from pi_loader._errors import PiLoaderError, WorkerError
+from pi_loader._shared_batches import ArrayPlacement, SlotPool, SlotTicket, SlotWriter, aligned_bytes
+
+# How often the main process checks that workers are alive while it waits for a batch.
+_POLL_S = 1.0
+
+
+def video_counters(dataset: Dataset) -> tuple[int, int]:
+    """(chunk decodes, video reads) of `dataset` in this process so far."""
+    stats = dataset.video_stats
+    return stats["chunk_decodes"], stats["video_reads"]
+
+
+def _build(
+    dataset: Dataset, indices: np.ndarray, ticket: SlotTicket | None, writer: SlotWriter
+) -> tuple[dict[str, np.ndarray], dict[str, ArrayPlacement], list[str]]:
+    """A batch for the main process: (arrays to pickle, arrays placed in the slot, key order)."""
+    if ticket is None:
+        batch = dataset.samples(indices)
+        return batch, {}, list(batch)
+    allocate, placements = writer.allocator(ticket)
+    batch = dataset.samples(indices, allocate=allocate)
+    order = list(batch)
+    return {k: v for k, v in batch.items() if k not in placements}, placements, order
+
+
+def _worker_main(dataset: Dataset, tasks: Any, results: Any) -> None:
+    # Runs in a worker process: build batches until told to stop (None).
+    os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    parent = os.getppid()
+    writer = SlotWriter()
+    while True:
+        try:
+            task = tasks.get(timeout=_POLL_S)
+        except queue.Empty:
+            if os.getppid() != parent:  # the main process died (e.g. SIGKILL): do not linger
+                return
+            continue
+        if task is None:
+            return
+        generation, batch_number, indices, ticket = task
+        before = video_counters(dataset)
+        try:
+            built = _build(dataset, indices, ticket, writer)
+            after = video_counters(dataset)
+            counters = (after[0] - before[0], after[1] - before[1])
+            results.put((generation, batch_number, built, counters, None))
+        except BaseException as err:  # sent to the main process, which raises it
+            try:
+                results.put((generation, batch_number, None, (0, 0), err))
+            except Exception:
+                results.put((generation, batch_number, None, (0, 0), WorkerError(traceback.format_exc())))
+
+
+class WorkerPool:
+    """Worker processes that build batches of `dataset`, started on first use.
+
+    Args:
+        dataset: the Dataset each worker gets a pickled copy of.
+        batch_size: samples per batch (sizes the shared-memory slots).
+        num_workers: worker processes (>= 1 to call `batches`; none start before it).
+        prefetch_batches: batches in flight at most.
+        mp_context: multiprocessing start method.
+        shared_memory: carry images in shared-memory slots (the caller checks it is available).
+
+    Example:
+        >>> pool = WorkerPool(ds, batch_size=32, num_workers=2, prefetch_batches=4,
+        ...                   mp_context="spawn", shared_memory=True)
+        >>> for batch, (chunk_decodes, video_reads) in pool.batches([np.arange(32)]): ...
+        >>> pool.close()
+    """
+
+    def __init__(
+        self,
+        dataset: Dataset,
+        *,
+        batch_size: int,
+        num_workers: int,
+        prefetch_batches: int,
+        mp_context: str,
+        shared_memory: bool,
+    ) -> None:
+        self._dataset = dataset
+        self._batch_size = batch_size
+        self._num_workers = num_workers
+        self._prefetch = prefetch_batches
+        self._mp_context = mp_context
+        self._shared_memory = shared_memory
+        self._pool: SlotPool | None = None
+        self._slots: dict[tuple[int, int], Any] = {}  # (generation, batch number) -> slot in flight
+        self._workers: list[Any] = []
+        self._tasks: list[Any] = []
+        self._results: Any = None
+        self._generation = 0
+
+    @property
+    def slot_pool(self) -> SlotPool | None:
+        """The shared-memory slots, while the workers run with shared memory."""
+        return self._pool
+
+    def _start_workers(self) -> None:
+        if self._workers:
+            return
+        ctx: Any = multiprocessing.get_context(self._mp_context)
+        shapes = self._dataset.image_shapes()
+        if self._shared_memory and shapes:
+            slot_bytes = sum(aligned_bytes(self._batch_size * int(np.prod(s))) for s in shapes.values())
+            self._pool = SlotPool(slot_bytes, max_free_slots=self._prefetch + 2)
+        self._results = ctx.Queue()
+        for w in range(self._num_workers):
+            tasks = ctx.Queue()
+            proc = ctx.Process(
+                target=_worker_main,
+                args=(self._dataset, tasks, self._results),
+                name=f"pi_loader-worker-{w}",
+                daemon=True,
+            )
+            proc.start()
+            self._workers.append(proc)
+            self._tasks.append(tasks)
+
+    def batches(
+        self, work: Sequence[np.ndarray]
+    ) -> Iterator[tuple[dict[str, np.ndarray], tuple[int, int]]]:
+        """Each batch of flat sample indices in `work`, built by the workers and yielded in
+        order, with the (chunk decodes, video reads) it took. Starting another iteration
+        abandons this one: its batches still in flight are dropped when they arrive."""
+        self._start_workers()
+        self._generation += 1
+        generation = self._generation
+        done: dict[int, tuple[dict[str, np.ndarray], tuple[int, int]]] = {}
+        sent = 0
+        for b in range(len(work)):
+            while sent < len(work) and sent < b + self._prefetch:
+                ticket = None
+                if self._pool is not None:
+                    slot = self._pool.acquire()
+                    self._slots[(generation, sent)] = slot
+                    ticket = slot.ticket
+                self._tasks[sent % self._num_workers].put((generation, sent, work[sent], ticket))
+                sent += 1
+            while b not in done:
+                self._receive(generation, done)
+            yield done.pop(b)
+
+    def _receive(self, generation: int, done: dict[int, Any]) -> None:
+        try:
+            gen, number, built, counters, err = self._results.get(timeout=_POLL_S)
+        except queue.Empty:
+            dead = [p for p in self._workers if not p.is_alive()]
+            if dead:
+                codes = {p.name: p.exitcode for p in dead}
+                self.close()
+                raise WorkerError(
+                    f"loader worker(s) died: {codes}; a negative code is the signal that "
+                    "killed it (-9: out of memory?)"
+                ) from None
+            return
+        slot = self._slots.pop((gen, number), None)
+        if gen != generation:  # a batch of an iteration that was abandoned: its slot is free again
+            if slot is not None and self._pool is not None:
+                self._pool.release(slot)
+            return
+        if err is not None:
+            self.close()
+            if isinstance(err, PiLoaderError | ValueError | KeyError | IndexError):
+                raise err
+            raise WorkerError(f"loader worker failed on batch {number}: {err!r}") from err
+        pickled, placements, order = built
+        shared: dict[str, np.ndarray] = {}
+        if slot is not None and self._pool is not None:
+            if placements:
+                shared = self._pool.arrays(slot, placements)
+            else:
+                self._pool.release(slot)
+        done[number] = ({key: shared[key] if key in shared else pickled[key] for key in order}, counters)
+
+    def close(self) -> None:
+        """Stop the worker processes (they are started again by the next `batches`)."""
+        for tasks in self._tasks:
+            with contextlib.suppress(OSError, ValueError):
+                tasks.put(None)
+        for proc in self._workers:
+            proc.join(timeout=5)
+            if proc.is_alive():
+                proc.terminate()
+                proc.join(timeout=5)
+        for q in [*self._tasks, self._results]:
+            if q is not None:
+                q.cancel_join_thread()
+                q.close()
+        self._workers, self._tasks, self._results = [], [], None
+        if self._pool is not None:
+            self._pool.close()
+            self._pool = None
+        self._slots.clear()
