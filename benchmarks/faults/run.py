@@ -2,8 +2,9 @@
 
 For each fault (SIGKILL of the stream job, broker restart under two uploaders, bad bytes incl.
 `kcat` garbage, two concurrent Delta writers, an unwritable lake) prints and records: episodes
-in, visible, quarantined, lost, duplicated, plus what the scenario observed. Writes
-results/faults.json and results/faults.png.
+in, visible, quarantined, lost, duplicated, plus what the scenario observed, and the machine it
+ran on (read at start: CPUs, model, memory, platform, load average). Writes results/faults.json
+and results/faults.png. The scenarios live in `pi_jobs.local.faults` (the fault tests run them too).
 
     python benchmarks/faults/run.py                  # all scenarios (~5 minutes on 2 cores)
     python benchmarks/faults/run.py --only bad_bytes
@@ -14,16 +15,55 @@ from __future__ import annotations
 import argparse
 import json
 import logging
+import os
+import platform
 import shutil
 import sys
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
+
+from pi_jobs.local.faults import SCENARIOS, FaultResult
 
 HERE = Path(__file__).resolve().parent
-sys.path.insert(0, str(HERE.parent.parent))  # run as a script from anywhere
 
-from benchmarks.faults.scenarios import SCENARIOS, FaultResult  # noqa: E402
+
+def _proc_field(path: str, name: str) -> str | None:
+    """The value of the first `name: value` line of a /proc file (None where unreadable)."""
+    try:
+        with open(path) as f:
+            for line in f:
+                key, _, value = line.partition(":")
+                if key.strip() == name:
+                    return value.strip()
+    except OSError:
+        pass
+    return None
+
+
+def machine() -> dict[str, Any]:
+    """What this run ran on, read at its start: the fault timings depend on it (and on the load)."""
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    mem_kb = _proc_field("/proc/meminfo", "MemTotal")  # "24683656 kB"
+    return {
+        "cpus_usable": usable,
+        "cpus_online": os.cpu_count(),
+        "cpu_model": _proc_field("/proc/cpuinfo", "model name") or platform.processor() or None,
+        "memory_gib": None if mem_kb is None else round(int(mem_kb.split()[0]) / 2**20, 1),
+        "platform": platform.platform(),
+        "python": platform.python_version(),
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }
+
+
+def describe(m: dict[str, Any]) -> str:
+    """One line for the printed header."""
+    load = " ".join(f"{x:.2f}" for x in m["load_average_at_start"])
+    return (
+        f"{m['cpus_usable']} CPUs usable ({m['cpus_online']} online), {m['cpu_model'] or 'unknown CPU'}, "
+        f"{m['memory_gib']} GiB, {m['platform']}, Python {m['python']}; load average at start {load}"
+    )
 
 
 def _plot(results: list[FaultResult], path: Path) -> None:
@@ -68,6 +108,8 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("pi_ingest").setLevel(logging.WARNING)  # re-send lines are expected here
 
+    host = machine()
+    print(f"machine: {describe(host)}", flush=True)
     args.out.mkdir(parents=True, exist_ok=True)
     jars = args.jars or args.out / "jars"
     work = args.out / "work"
@@ -84,14 +126,15 @@ def main() -> int:
             failures[name] = f"{type(err).__name__}: {err}"[:2000]
             logging.exception("fault %s failed after %.0f s", name, time.monotonic() - t0)
     doc = {
-        "machine": "2 cores, shared",
+        "machine": host,
         "results": [asdict(r) for r in results],
         "failures": failures,
     }
     (args.out / "faults.json").write_text(json.dumps(doc, indent=2, default=str))
     if results:
         _plot(results, args.out / "faults.png")
-    print("\nfault                 in  visible  quarantined  lost  duplicated   time")
+    print(f"\nmachine: {describe(host)}")
+    print("fault                 in  visible  quarantined  lost  duplicated   time")
     for r in results:
         print(
             f"{r.fault:<20} {r.episodes_in:>3} {r.visible:>8} {r.quarantined:>12} {r.lost:>5} "

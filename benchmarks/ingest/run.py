@@ -49,8 +49,8 @@ def main() -> int:
 
     from pi_ingest.simulator import SimulationConfig, simulate_episode
     from pi_ingest.uploader import Uploader, UploaderConfig
+    from pi_jobs.local.stack import ensure_topics, start_broker, stop_broker
     from pi_jobs.settings import Settings
-    from pi_jobs.stack import ensure_topics, start_broker, stop_broker
 
     args.out.mkdir(parents=True, exist_ok=True)
     home = args.out / "home"

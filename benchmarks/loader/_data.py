@@ -63,7 +63,7 @@ def _simulation(config: DataConfig, episodes: int, duration_s: float) -> object:
 
 def _featurized(config: DataConfig, sim: object, index: int) -> object:
     from pi_ingest.simulator import SimulationConfig, simulate_episode
-    from pi_jobs.featurize import FeaturizeConfig, featurize
+    from pi_jobs.stream.featurize import FeaturizeConfig, featurize
 
     assert isinstance(sim, SimulationConfig)
     episode = simulate_episode(sim, 0, index).episode
@@ -86,8 +86,7 @@ def _featurized(config: DataConfig, sim: object, index: int) -> object:
 def build_lake(config: DataConfig, root: Path) -> Path:
     """The benchmark lake under root/lake (built once per config, reused after)."""
     from pi_format import LakeLayout
-    from pi_jobs.featurize import FeaturizedEpisode
-    from pi_jobs.lake_writer import LakeWriter
+    from pi_format.lake import EpisodeRows, LakeWriter
 
     lake = root / "lake"
     marker = root / "lake.done.json"
@@ -99,7 +98,7 @@ def build_lake(config: DataConfig, root: Path) -> Path:
     start = time.monotonic()
     for i in range(config.episodes):
         featurized = _featurized(config, sim, i)
-        assert isinstance(featurized, FeaturizedEpisode)
+        assert isinstance(featurized, EpisodeRows)
         writer.commit_episode(featurized)
         print(f"  lake: episode {i + 1}/{config.episodes} ({time.monotonic() - start:.0f} s)", flush=True)
     marker.write_text(json.dumps(asdict(config)))
@@ -120,46 +119,25 @@ class LakeEpisode:
 
 def read_lake(lake: Path) -> list[LakeEpisode]:
     """Every committed episode (sorted by id) with its steps and encoded video chunks."""
-    from deltalake import DeltaTable
+    from pi_format.lake import LakeLayout, read_committed, read_visible
 
-    committed = DeltaTable(str(lake / "episodes")).to_pyarrow_table(
-        columns=["episode_id", "attempt_id", "cameras"]
-    )
-    steps = (
-        DeltaTable(str(lake / "steps"))
-        .to_pyarrow_table()
-        .sort_by([("episode_id", "ascending"), ("step_index", "ascending")])
-    )
-    video = (
-        DeltaTable(str(lake / "video"))
-        .to_pyarrow_table(
-            columns=[
-                "episode_id",
-                "attempt_id",
-                "camera",
-                "first_frame",
-                "frame_count",
-                "width",
-                "height",
-                "data",
-            ]
-        )
-        .sort_by([("episode_id", "ascending"), ("camera", "ascending"), ("first_frame", "ascending")])
-    )
-    chunks: dict[tuple[str, str], dict[str, list[dict[str, object]]]] = {}
+    layout = LakeLayout(str(lake))
+    committed = read_committed(layout, ["attempt_id", "cameras"])
+    steps = read_visible(layout, "steps").sort_by([("episode_id", "ascending"), ("step_index", "ascending")])
+    video = read_visible(
+        layout,
+        "video",
+        ["episode_id", "camera", "first_frame", "frame_count", "width", "height", "data"],
+    ).sort_by([("episode_id", "ascending"), ("camera", "ascending"), ("first_frame", "ascending")])
+    chunks: dict[str, dict[str, list[dict[str, object]]]] = {}
     for row in video.to_pylist():
-        chunks.setdefault((row["episode_id"], row["attempt_id"]), {}).setdefault(row["camera"], []).append(
-            row
-        )
-    by_episode: dict[tuple[str, str], list[int]] = {}
-    for i, (e, a) in enumerate(
-        zip(steps.column("episode_id").to_pylist(), steps.column("attempt_id").to_pylist(), strict=True)
-    ):
-        by_episode.setdefault((e, a), []).append(i)
+        chunks.setdefault(row["episode_id"], {}).setdefault(row["camera"], []).append(row)
+    by_episode: dict[str, list[int]] = {}
+    for i, e in enumerate(steps.column("episode_id").to_pylist()):
+        by_episode.setdefault(e, []).append(i)
     out = []
-    for row in sorted(committed.to_pylist(), key=lambda r: r["episode_id"]):
-        key = (row["episode_id"], row["attempt_id"])
-        part = steps.take(by_episode[key])
+    for row in committed.to_pylist():
+        part = steps.take(by_episode[row["episode_id"]])
         out.append(
             LakeEpisode(
                 episode_id=row["episode_id"],
@@ -167,7 +145,7 @@ def read_lake(lake: Path) -> list[LakeEpisode]:
                 state=np.array(part.column("proprio").to_pylist(), np.float32),
                 action=np.array(part.column("action").to_pylist(), np.float32),
                 camera_frame_index=np.array(part.column("camera_frame_index").to_pylist(), np.int32),
-                chunks=chunks[key],
+                chunks=chunks[row["episode_id"]],
             )
         )
     return out
@@ -212,9 +190,9 @@ def _renamed(table: pa.Table, column: str, value: str) -> pa.Table:
 
 
 def _copies(template: object, count: int, first: int) -> Iterator[tuple[pa.Table, pa.Table, pa.Table]]:
-    from pi_jobs.featurize import FeaturizedEpisode
+    from pi_format.lake import EpisodeRows
 
-    assert isinstance(template, FeaturizedEpisode)
+    assert isinstance(template, EpisodeRows)
     for i in range(first, first + count):
         eid, attempt = f"big-{i:06d}", f"big-attempt-{i:06d}"
         episode, steps, video = (
@@ -229,7 +207,7 @@ def build_big_lake(config: DataConfig, root: Path, episodes: int) -> tuple[Path,
     from deltalake import write_deltalake
     from pi_catalog import Catalog
     from pi_format import TABLE_SCHEMAS, LakeLayout
-    from pi_jobs.lake_writer import table_writer_properties
+    from pi_format.lake import table_writer_properties
 
     lake, catalog = root / f"big{episodes}" / "lake", root / f"big{episodes}" / "catalog"
     marker = root / f"big{episodes}.done.json"

@@ -5,7 +5,7 @@
     python -m benchmarks.loader._legs ttfb --lake DIR --catalog DIR --workers 2 --spawned-at T
 
 `pi_loader`: the public `pi_loader.Dataset` (action chunk via `action_horizon`), batched by
-pi_loader's own `Loader` when the package exports one (`--api native`/`auto`), or by a torch
+pi_loader's own `Loader` (`--api native`/`auto`, the default), or by a torch
 DataLoader with worker processes (`--api torch`); the order is pi_loader's seeded shuffle.
 `raw`: the limit. The same video chunks held in memory as bytes, the same shuffled sample order
 (`pi_loader.sample_order`, what `Dataset` uses), and for each sample and camera only decoding:
@@ -49,8 +49,8 @@ def open_pi_loader(
 ) -> tuple[Iterable[dict[str, Any]], int, str]:
     """pi_loader's batches of shuffled samples, the dataset's sample count, and the API used.
 
-    The one place that knows pi_loader's API. `api="native"` (or "auto" when the package
-    exports it) uses `pi_loader.Loader` with its own worker processes and defaults; "torch"
+    The one place that knows pi_loader's API. `api="native"` (or "auto", the same) uses
+    `pi_loader.Loader` with its own worker processes and defaults; "torch"
     puts the public `Dataset` in a torch DataLoader (the order comes from the Dataset, so the
     DataLoader does not shuffle). `lean` shrinks what pi_loader keeps in memory (decoded-chunk
     and episode caches, batches in flight) to show that its peak memory follows configuration.
@@ -71,18 +71,12 @@ def open_pi_loader(
             chunk_cache_size=cache,
             episode_cache_size=cache,
         )
-    native: Any = getattr(pi_loader, "Loader", None)  # the native loader, where this pi_loader has one
-    if api == "native" and native is None:
-        raise NotImplementedError("this pi_loader exports no Loader; use --api torch")
-    if block_size is not None and native is None:
-        raise NotImplementedError(
-            "block shuffle needs pi_loader.Loader, which this pi_loader does not export"
-        )
+    native = pi_loader.Loader
     if block_size is not None:
         shard = pi_loader.ShardSpec(index=0, count=1)
         loader = native(ds, batch_size=batch_size, shard=shard, num_workers=workers, block_size=block_size)
         return loader, len(ds), f"pi_loader.Loader (block_size={block_size})"
-    if api in ("native", "auto") and native is not None:
+    if api in ("native", "auto"):
         shard = pi_loader.ShardSpec(index=0, count=1)  # one host: the whole dataset
         if lean:
             loader = native(ds, batch_size=batch_size, shard=shard, num_workers=workers, prefetch_batches=1)

@@ -1,7 +1,7 @@
 """Fault tests: real processes (Tansu broker, `pilake stream` with its Flink JVM and Python
 workers, Delta writers) are broken on purpose; each test ends with the audit showing nothing
-lost and nothing duplicated. The scenarios live in benchmarks/faults/scenarios.py, which also
-writes the fault report (`python benchmarks/faults/run.py`).
+lost and nothing duplicated. The scenarios live in `pi_jobs.local.faults`, which the fault report
+(`python benchmarks/faults/run.py`) runs too.
 """
 
 from __future__ import annotations
@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-
-from benchmarks.faults.scenarios import (
+from pi_jobs.local.faults import (
     KCAT_GARBAGE,
     FaultResult,
     bad_bytes,
@@ -36,6 +35,28 @@ def assert_nothing_lost_or_doubled(result: FaultResult) -> None:
     assert result.duplicated == 0, f"duplicated episodes: {result.audit['duplicated_ids']}"
     assert result.audit["ok"], result.audit
     assert result.episodes_in == result.visible + result.quarantined
+
+
+# Bad bytes that leave intact chunks of their episode in the job (a corrupted chunk, a truncated
+# first chunk) leave that episode incomplete: SPEC 7.5 gives the bad message a row of its own and
+# lets its episode carry on, and SPEC 9.4 quarantines the still incomplete episode again, as
+# `incomplete_timeout`, once no chunk of it has come for `incomplete_timeout_s`. Whether the job
+# gets there before the scenario stops it depends on the machine's load (it did on a loaded 2-core
+# machine), so that one extra reason is allowed for those episodes, and for no other.
+INCOMPLETE_AFTER = {"chunk_checksum", "truncated"}
+
+
+def assert_reasons_as_the_spec_allows(
+    expected: dict[str, str], left_incomplete: list[str], reasons: dict[str, list[str]]
+) -> None:
+    """Each bad episode has its expected reason, plus at most `incomplete_timeout` if its intact
+    chunks were left waiting in the job; the garbage is `bad_magic` and nothing else."""
+    assert {expected[e] for e in left_incomplete} == INCOMPLETE_AFTER, (left_incomplete, expected)
+    for episode_id, reason in expected.items():
+        allowed = {reason, "incomplete_timeout"} if episode_id in left_incomplete else {reason}
+        got = set(reasons.get(episode_id, []))
+        assert reason in got and got <= allowed, (episode_id, reason, reasons)
+    assert reasons["<no id>"] == ["bad_magic"]
 
 
 def test_sigkill_of_the_stream_job_mid_run(tmp_path: Path, jar_cache: Path) -> None:
@@ -65,13 +86,12 @@ def test_bad_bytes_are_quarantined_and_the_job_keeps_running(tmp_path: Path, jar
     o = r.observed
     assert o["stream_job_alive_after"]
     assert o["good_committed"] == o["good_episodes"] == r.visible
-    reasons = o["quarantine_reasons"]
-    for episode_id, reason in o["expected_reasons"].items():
-        assert reasons[episode_id] == [reason], (episode_id, reasons)
-    assert reasons["<no id>"] == ["bad_magic"]
+    assert_reasons_as_the_spec_allows(o["expected_reasons"], o["left_incomplete"], o["quarantine_reasons"])
     # garbage has no episode id: quarantined by offset (SPEC 7.5), one counting key per record
     assert r.audit["quarantined_records_without_id"] == r.audit["quarantined_without_id"] == len(KCAT_GARBAGE)
+    # one counting key per episode (SPEC 7.5), however many rows it has: counted once each
     assert r.quarantined == len(o["expected_reasons"]) + len(KCAT_GARBAGE)
+    assert o["quarantine_rows"] >= r.quarantined
 
 
 def test_two_writers_commit_to_the_same_tables_at_once(tmp_path: Path, jar_cache: Path) -> None:
