@@ -106,18 +106,7 @@ class AckListener:
         return ack
 
     def poll(self, timeout_s: float) -> list[Ack]:
-        """Read acknowledgements for up to `timeout_s` and confirm the matching spool entries.
-
-        Returns early when the spool is empty, or when acks arrived and the topic then went
-        quiet. Acks for unknown episodes and unreadable messages are ignored.
-
-        Returns:
-            The acks that confirmed a spooled episode.
-
-        Example:
-            >>> [a.episode_id for a in listener.poll(5.0)]
-            ['sim0-r000-e00000']
-        """
+        """The work behind `Uploader.poll_acks` (see there): the acks that confirmed a spooled episode."""
         from confluent_kafka import KafkaError
 
         deadline = time.monotonic() + max(0.0, timeout_s)
