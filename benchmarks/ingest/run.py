@@ -7,6 +7,7 @@ for freshness, then as a burst for throughput (MB/s of wire bytes, first send to
 end-to-end ack). Prints a table, writes results/ingest.json and results/ingest.png.
 
     python benchmarks/ingest/run.py --burst 12 --fresh 4
+    python benchmarks/ingest/run.py --burst 24 --fresh 20 --parallelism 1,2   # issue 11's figures
 """
 
 from __future__ import annotations
@@ -37,32 +38,26 @@ def _wait_readable(lake: str, episode_id: str, timeout_s: float) -> float:
     raise TimeoutError(f"episode {episode_id} not readable within {timeout_s}s")
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(
-        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
-    )
-    parser.add_argument("--burst", type=int, default=12, help="episodes uploaded at once for MB/s")
-    parser.add_argument("--fresh", type=int, default=4, help="episodes uploaded one by one")
-    parser.add_argument("--duration-s", type=float, default=4.0)
-    parser.add_argument("--out", type=Path, default=HERE / "results")
-    args = parser.parse_args()
-
+def _run_once(parallelism: int, args: argparse.Namespace, seed: int) -> dict[str, object]:
+    """One stream job at `parallelism` on a fresh home and broker: freshness, then a burst."""
     from pi_ingest.simulator import SimulationConfig, simulate_episode
     from pi_ingest.uploader import Uploader, UploaderConfig
     from pi_jobs.local.stack import ensure_topics, start_broker, stop_broker
     from pi_jobs.settings import Settings
 
-    args.out.mkdir(parents=True, exist_ok=True)
-    home = args.out / "home"
+    home = args.out / f"home-p{parallelism}"
     env = dict(os.environ, PILAKE_HOME=str(home), PILAKE_BROKER_PORT="19192", OPENBLAS_NUM_THREADS="1")
     settings = Settings.from_env(env)
     start_broker(settings)
     ensure_topics(settings.bootstrap_servers)
-    seed = int(time.time()) % 1_000_000
     sim = SimulationConfig(robots=1, episodes_per_robot=args.fresh + args.burst + 1,
                            duration_s=args.duration_s, seed=seed)
-    job = subprocess.Popen([sys.executable, "-m", "pi_jobs.cli", "stream", "--max-runtime-s", "900"], env=env)
-    results: dict[str, object] = {"seed": seed, "episode_duration_s": args.duration_s}
+    job = subprocess.Popen(
+        [sys.executable, "-m", "pi_jobs.cli", "stream", "--max-runtime-s", "1800",
+         "--parallelism", str(parallelism)],
+        env=env,
+    )
+    results: dict[str, object] = {"parallelism": parallelism}
     try:
         config = UploaderConfig(bootstrap_servers=settings.bootstrap_servers, spool_dir=home / "spool")
         with Uploader(config) as uploader:
@@ -72,7 +67,8 @@ def main() -> int:
             uploader.send_pending()
             _wait_readable(settings.lake_root, warm.episode_id, 300)
             results["job_start_to_first_episode_s"] = round(time.monotonic() - t, 2)
-            print(f"stream job up; first episode readable after {results['job_start_to_first_episode_s']} s")
+            first_s = results["job_start_to_first_episode_s"]
+            print(f"p={parallelism}: first episode readable after {first_s} s")
 
             freshness: list[float] = []
             for i in range(1, args.fresh + 1):
@@ -81,15 +77,18 @@ def main() -> int:
                 uploader.send_pending()  # returns once the broker acknowledged every chunk
                 sent = time.monotonic()
                 freshness.append(round(_wait_readable(settings.lake_root, episode.episode_id, 120) - sent, 3))
-                print(f"freshness {episode.episode_id}: {freshness[-1]} s")
+                print(f"p={parallelism}: freshness {episode.episode_id}: {freshness[-1]} s")
             results["freshness_s"] = freshness
+            fr = sorted(freshness)
+            results["freshness_p50_s"] = fr[len(fr) // 2]
+            results["freshness_p95_s"] = fr[min(len(fr) - 1, round(0.95 * (len(fr) - 1)))]
 
             first = args.fresh + 1
             burst = [simulate_episode(sim, 0, i).episode for i in range(first, first + args.burst)]
             size = sum(uploader.submit(e).size_bytes for e in burst)
             start = time.monotonic()
             uploader.send_pending()
-            report = uploader.run_until_confirmed(timeout_s=600)
+            report = uploader.run_until_confirmed(timeout_s=900)
             elapsed = time.monotonic() - start
             results["burst"] = {
                 "episodes": len(burst),
@@ -106,31 +105,72 @@ def main() -> int:
         except subprocess.TimeoutExpired:
             job.kill()
         stop_broker(settings)
-    print("\n| figure | value |\n| --- | --- |")
-    print(f"| first episode readable after job start | {results['job_start_to_first_episode_s']} s |")
-    fr = sorted(freshness)
-    print(f"| freshness (last chunk acked -> readable), median | {fr[len(fr) // 2]} s (all: {fr}) |")
-    b = results["burst"]
-    print(f"| burst throughput | {b['mb_per_s']} MB/s, {b['episodes_per_s']} episodes/s ({b['mb']} MB) |")  # type: ignore[index]
+    return results
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--burst", type=int, default=12, help="episodes uploaded at once for MB/s")
+    parser.add_argument("--fresh", type=int, default=4, help="episodes uploaded one by one")
+    parser.add_argument("--duration-s", type=float, default=4.0)
+    parser.add_argument(
+        "--parallelism", default="1", help="comma-separated sink parallelisms, run one after another "
+        "on the same episodes (e.g. 1,2 for the speed-up)"
+    )
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+    seed = int(time.time()) % 1_000_000
+    runs = [_run_once(int(p), args, seed) for p in args.parallelism.split(",")]
+    results: dict[str, object] = {
+        "seed": seed,
+        "episode_duration_s": args.duration_s,
+        "cpu_count": os.cpu_count(),
+        "runs": runs,
+    }
+    by_p = {int(r["parallelism"]): r for r in runs}  # type: ignore[call-overload]
+    if 1 in by_p and 2 in by_p:
+        one, two = by_p[1]["burst"], by_p[2]["burst"]
+        results["speedup_p2_over_p1"] = round(two["episodes_per_s"] / one["episodes_per_s"], 2)  # type: ignore[index]
+        results["targets"] = {
+            "p2_at_least_1.6x_p1": results["speedup_p2_over_p1"] >= 1.6,  # type: ignore[operator]
+            "freshness_p95_under_2s": all(float(r["freshness_p95_s"]) < 2.0 for r in runs),  # type: ignore[arg-type]
+        }
+    print("\n| parallelism | first episode readable | freshness p50 / p95 | burst |")
+    print("| --- | --- | --- | --- |")
+    for r in runs:
+        b = r["burst"]
+        print(
+            f"| {r['parallelism']} | {r['job_start_to_first_episode_s']} s | {r['freshness_p50_s']} / "
+            f"{r['freshness_p95_s']} s | {b['mb_per_s']} MB/s, {b['episodes_per_s']} episodes/s |"  # type: ignore[index]
+        )
+    if "speedup_p2_over_p1" in results:
+        speedup = results["speedup_p2_over_p1"]
+        print(f"speed-up of parallelism 2 over 1: {speedup}x; targets {results['targets']}")
     (args.out / "ingest.json").write_text(json.dumps(results, indent=2))
-    _plot(results, args.out / "ingest.png")
+    _plot(runs, args.out / "ingest.png")
     print(f"wrote {args.out / 'ingest.json'} and {args.out / 'ingest.png'}")
     return 0
 
 
-def _plot(results: dict[str, object], path: Path) -> None:
+def _plot(runs: list[dict[str, object]], path: Path) -> None:
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
     fig, (a, b) = plt.subplots(1, 2, figsize=(9, 3.5))
-    fr = results["freshness_s"]
-    a.bar(range(len(fr)), fr, color="tab:blue")  # type: ignore[arg-type]
-    a.set(title="freshness per episode", xlabel="episode", ylabel="seconds to readable")
-    burst = results["burst"]
-    b.bar(["MB/s", "episodes/s"], [burst["mb_per_s"], burst["episodes_per_s"]], color="tab:green")  # type: ignore[index]
-    b.set(title=f"burst of {burst['episodes']} episodes")  # type: ignore[index]
+    for r in runs:
+        fr = r["freshness_s"]
+        a.plot(range(len(fr)), fr, marker="o", label=f"parallelism {r['parallelism']}")  # type: ignore[arg-type]
+    a.axhline(2.0, color="grey", linestyle="--", linewidth=1)
+    a.set(title="freshness per episode (target p95 < 2 s)", xlabel="episode", ylabel="seconds to readable")
+    a.legend()
+    labels = [f"p={r['parallelism']}" for r in runs]
+    b.bar(labels, [r["burst"]["episodes_per_s"] for r in runs], color="tab:green")  # type: ignore[index]
+    b.set(title="burst throughput", ylabel="episodes/s")
     fig.tight_layout()
     fig.savefig(path, dpi=110)
 

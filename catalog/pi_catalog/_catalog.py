@@ -19,7 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 import pyarrow as pa
-from pi_format import EPISODES_SCHEMA, LakeLayout
+from pi_format import LakeLayout
 
 from pi_catalog._connection import ServerLocation, connect, exclusive_lock, parse_location
 from pi_catalog._errors import CatalogQueryError, PiCatalogError
@@ -27,6 +27,7 @@ from pi_catalog._schema import (
     EPISODES_VIEW,
     INDEX_ARROW_SCHEMA,
     INDEX_TABLE,
+    INDEXED_FIELDS,
     SNAPSHOTS_DDL,
     SNAPSHOTS_TABLE,
     VIEW_DDL,
@@ -210,7 +211,7 @@ class Catalog:
             ) from err
         version = int(delta.version())
         dataset = delta.to_pyarrow_dataset()
-        names = EPISODES_SCHEMA.names
+        names = [f.name for f in INDEXED_FIELDS]
         rows = 0
         with self._session() as client:
             self._command(client, f"DROP VIEW IF EXISTS {EPISODES_VIEW}")
@@ -327,7 +328,7 @@ def _index_rows(rows: pa.Table, episodes_version: int) -> pa.Table:
         raise TypeError(f"rows must be a pyarrow.Table in EPISODES_SCHEMA, got {type(rows).__name__}")
     if isinstance(episodes_version, bool) or not isinstance(episodes_version, int) or episodes_version < 0:
         raise ValueError(f"episodes_version must be a Delta version (int >= 0), got {episodes_version!r}")
-    missing = [n for n in EPISODES_SCHEMA.names if n not in rows.column_names]
+    missing = [f.name for f in INDEXED_FIELDS if f.name not in rows.column_names]
     if missing:
         raise ValueError(f"rows lack columns of EPISODES_SCHEMA: {missing}; pass episodes rows as written")
     n = rows.num_rows

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pi_format import EPISODES_SCHEMA
+from pi_format.lake.schemas import LOCATOR_COLUMNS
 
 INDEX_TABLE = "episodes_index"
 EPISODES_VIEW = "episodes"
@@ -28,6 +29,11 @@ _CH_TYPES: dict[pa.DataType, str] = {
 }
 
 
+# What the catalog indexes: every episodes column except the locator (where rows are stored is
+# the lake's business; a catalog rebuilt from another layout would otherwise disagree).
+INDEXED_FIELDS = tuple(f for f in EPISODES_SCHEMA if f.name not in LOCATOR_COLUMNS)
+
+
 def _ch_type(field: pa.Field) -> str:
     for arrow_type, ch_type in _CH_TYPES.items():
         if field.type.equals(arrow_type):
@@ -36,17 +42,18 @@ def _ch_type(field: pa.Field) -> str:
 
 
 INDEX_ARROW_SCHEMA = pa.schema(
-    [pa.field(f.name, f.type, nullable=False) for f in EPISODES_SCHEMA]
+    [pa.field(f.name, f.type, nullable=False) for f in INDEXED_FIELDS]
     + [
         pa.field("episodes_version", pa.int64(), nullable=False),
         pa.field("indexed_at", pa.timestamp("ms", tz="UTC"), nullable=False),
     ]
 )
-"""What `record_episodes` inserts: EPISODES_SCHEMA plus the Delta version and the index time."""
+"""What `record_episodes` inserts: EPISODES_SCHEMA less the locator, plus the Delta version and
+the index time."""
 
 
 def _index_columns() -> str:
-    cols = [f"    {f.name} {_ch_type(f)}" for f in EPISODES_SCHEMA]
+    cols = [f"    {f.name} {_ch_type(f)}" for f in INDEXED_FIELDS]
     cols += ["    episodes_version Int64", "    indexed_at DateTime64(3, 'UTC')"]
     return ",\n".join(cols)
 

@@ -14,6 +14,7 @@ import pytest
 from deltalake import DeltaTable
 from pi_catalog import Catalog, CatalogLockTimeout, CatalogQueryError, PiCatalogError, format_table
 from pi_format import EPISODES_SCHEMA, LakeLayout
+from pi_format.lake.schemas import LOCATOR_COLUMNS
 
 from tests.fixtures.lake_factory import FakeLake, episode_rows, make_episode, write_lake
 
@@ -38,7 +39,11 @@ def small_lake(tmp_path_factory: pytest.TempPathFactory) -> FakeLake:
 
 def test_schema_has_every_episodes_column_and_the_index_columns(catalog: Catalog) -> None:
     cols = catalog.query_arrow("SELECT * FROM episodes LIMIT 0").column_names
-    assert cols == [*EPISODES_SCHEMA.names, "episodes_version", "indexed_at"]
+    assert cols == [
+        *(n for n in EPISODES_SCHEMA.names if n not in LOCATOR_COLUMNS),
+        "episodes_version",
+        "indexed_at",
+    ]
     tables = catalog.query_arrow(
         "SELECT name, engine FROM system.tables WHERE database = currentDatabase() ORDER BY name"
     ).to_pylist()

@@ -12,11 +12,13 @@ from typing import Any
 
 import pytest
 from pi_jobs.local.faults import (
+    CRASH_POINTS,
     KCAT_GARBAGE,
     FaultResult,
     bad_bytes,
     broker_restart,
     concurrent_writers,
+    crash_point,
     kill_stream_job,
     lake_unwritable,
 )
@@ -102,6 +104,9 @@ def test_two_writers_commit_to_the_same_tables_at_once(tmp_path: Path, jar_cache
     assert r.visible == o["episodes"]
     # 3 episodes were given to both writers: each committed once, refused once
     assert o["commits_refused_as_already_committed"] == o["commits_attempted"] - o["episodes"]
+    # both read the lake before either committed its markers: one lost Delta's conflict check,
+    # re-read what the other committed and committed only the rest
+    assert o["commit_races_lost"] >= 1
 
 
 def test_unwritable_lake_fails_loudly_then_resumes(tmp_path: Path, jar_cache: Path) -> None:
@@ -113,3 +118,21 @@ def test_unwritable_lake_fails_loudly_then_resumes(tmp_path: Path, jar_cache: Pa
     assert o["failed_job_says_failed"] and o["failed_job_names_lake_path"], o["failed_job_error"]
     assert o["acked_while_unwritable"] == 0
     assert r.visible == o["episodes"]
+
+
+@pytest.mark.parametrize("point", sorted(CRASH_POINTS))
+def test_worker_dies_at_a_crash_point_of_the_group_commit(
+    point: str, tmp_path: Path, jar_cache: Path
+) -> None:
+    r = crash_point(tmp_path / "home", jar_cache, point)
+    assert_nothing_lost_or_doubled(r)
+    o = r.observed
+    stage, parallelism, subtask, _ = CRASH_POINTS[point]
+    assert o["parallelism"] == parallelism
+    assert o["crashed"]["stage"] == stage, "the worker must have died at that point"
+    if subtask is not None:
+        assert o["crashed"]["subtask"] == subtask
+    if point == "mid_group":
+        assert o["crashed"]["group_episodes"] >= 2, "the crash must hit a group of several episodes"
+    assert o["flink_restarts"] >= 1
+    assert r.visible == o["episodes"] and r.quarantined == 0

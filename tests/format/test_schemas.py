@@ -70,7 +70,7 @@ def test_nullable_columns_are_the_documented_ones() -> None:
     }
     assert nullable == {
         "raw": ["chunk_index", "episode_id"],
-        "episodes": [],
+        "episodes": ["steps_file", "steps_row_group", "video_file", "video_row_groups"],  # the locator
         "steps": [],
         "video": [],
         "quarantine": ["episode_id"],

@@ -9,7 +9,7 @@ import pyarrow as pa
 import pytest
 from deltalake import DeltaTable
 from pi_format import RAW_SCHEMA, TABLE_SCHEMAS, CameraSpec, CameraVideo, Episode, EpisodeMeta, LakeLayout
-from pi_format.lake import EpisodeRows, LakeWriter, episode_app_id
+from pi_format.lake import EpisodeRows, LakeWriter, bucket_app_id, writer_app_id
 from pi_format.video import encode_mp4
 from pi_jobs.stream.featurize import FeaturizeConfig, featurize
 
@@ -69,7 +69,8 @@ def test_commit_order_and_visibility(tmp_path: Path) -> None:
         for name in ("steps", "video", "episodes")
     }
     assert newest["episodes"] >= newest["video"] >= newest["steps"]
-    assert DeltaTable(layout.episodes).transaction_version(episode_app_id("ep-1")) == 1
+    assert DeltaTable(layout.episodes).transaction_version(bucket_app_id("ep-1")) == 1
+    assert DeltaTable(layout.episodes).transaction_version(writer_app_id("default")) == 1
     proprio = np.array(steps.sort_by("step_index").column("proprio").to_pylist(), np.float32)
     want = np.array(f.steps.column("proprio").to_pylist(), np.float32)
     assert proprio.view(np.uint32).tolist() == want.view(np.uint32).tolist()
@@ -130,3 +131,74 @@ def test_raw_and_quarantine_append(tmp_path: Path) -> None:
     assert _rows(layout.raw).column("message").to_pylist() == [b"junk", b"junk"]
     with pytest.raises(ValueError, match="must match"):
         writer.write_quarantine(raw)
+
+
+def test_group_commit_is_one_commit_per_table_with_locators(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    layout = LakeLayout(str(tmp_path / "lake"))
+    writer = LakeWriter(layout, writer_id="sink-0")
+    group = [_featurized(f"ep-{i}", f"att-{i}", seed=i) for i in (2, 0, 1)]
+    versions = {n: DeltaTable(layout.table(n)).version() for n in ("steps", "video", "episodes")}
+    result = writer.commit_episodes([*group, group[0]])  # ep-2 twice: counted once
+    assert result.committed == ("ep-0", "ep-1", "ep-2") and result.duplicates == ("ep-2",)
+    for name, before in versions.items():  # one Delta commit per table for the whole group
+        assert DeltaTable(layout.table(name)).version() == before + 1
+        assert len(DeltaTable(layout.table(name)).file_uris()) == 1
+    markers = DeltaTable(layout.episodes).to_pyarrow_table().sort_by("episode_id")
+    for row, source in zip(markers.to_pylist(), sorted(group, key=lambda g: g.episode_id), strict=True):
+        steps = pq.ParquetFile(f"{layout.steps}/{row['steps_file']}").read_row_group(row["steps_row_group"])
+        assert steps.column("episode_id").to_pylist() == [row["episode_id"]] * source.steps.num_rows
+        assert steps.column("step_index").to_pylist() == list(range(source.steps.num_rows))
+        video = pq.ParquetFile(f"{layout.video}/{row['video_file']}")
+        for camera, first in zip(row["cameras"], row["video_row_groups"], strict=True):
+            chunks = source.video.filter(pa.compute.equal(source.video.column("camera"), camera))
+            for chunk in range(chunks.num_rows):
+                got = video.read_row_group(first + chunk)
+                assert got.num_rows == 1
+                assert got.column("episode_id")[0].as_py() == row["episode_id"]
+                assert got.column("camera")[0].as_py() == camera
+                assert got.column("chunk_index")[0].as_py() == chunk
+    assert DeltaTable(layout.episodes).transaction_version(writer_app_id("sink-0")) == 1
+    assert writer.commit_episodes(group).committed == ()  # all duplicates now
+
+
+def test_lost_race_drops_what_the_winner_committed(tmp_path: Path) -> None:
+    from pi_format.lake import STAGE_ROWS_WRITTEN
+
+    layout = LakeLayout(str(tmp_path / "lake"))
+    other = LakeWriter(layout, writer_id="other")
+    won: list[object] = []
+
+    def other_commits_first(stage: str) -> None:
+        # `ours` has read the lake and written its rows; `other` commits ep-2 before our markers
+        if stage == STAGE_ROWS_WRITTEN and not won:
+            won.append(
+                other.commit_episodes([_featurized("ep-2", "att-other"), _featurized("ep-3", "att-3")])
+            )
+
+    ours = LakeWriter(layout, writer_id="ours", on_stage=other_commits_first)
+    result = ours.commit_episodes([_featurized("ep-1", "att-1"), _featurized("ep-2", "att-ours")])
+    assert ours.commit_conflicts == 1  # Delta refused our first markers commit
+    assert result.committed == ("ep-1",) and result.duplicates == ("ep-2",)
+    rows = _rows(layout.episodes)
+    assert sorted(rows.column("episode_id").to_pylist()) == ["ep-1", "ep-2", "ep-3"]
+    assert ours.committed_attempt("ep-2") == "att-other"
+    # a new writer learns every commit from the table alone
+    assert LakeWriter(layout).committed_count == 3
+
+
+def test_old_lake_gets_locator_columns(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+    from pi_format.lake import LOCATOR_COLUMNS
+
+    layout = LakeLayout(str(tmp_path / "lake"))
+    old_schema = pa.schema([f for f in TABLE_SCHEMAS["episodes"] if f.name not in LOCATOR_COLUMNS])
+    old_row = _featurized("ep-0", "att-0").episode.select(old_schema.names).cast(old_schema)
+    write_deltalake(layout.episodes, old_row)
+    writer = LakeWriter(layout)
+    assert writer.committed_attempt("ep-0") == "att-0"
+    writer.commit_episode(_featurized("ep-1", "att-1"))
+    rows = _rows(layout.episodes).sort_by("episode_id")
+    assert rows.column("steps_file").to_pylist()[0] is None
+    assert rows.column("steps_file").to_pylist()[1] is not None

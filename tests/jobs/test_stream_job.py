@@ -123,10 +123,25 @@ def landed(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFa
         group_id=f"it-group-{run}",
         checkpoint_interval_ms=1000,
         featurize=FeaturizeConfig(video_width=32, video_height=32, chunk_frames=4),
+        parallelism=2,  # two sink subtasks, two lake writers, two progress files
     )
     report = run_stream_job(config, until_idle=True, idle_timeout_s=2.0, max_runtime_s=240)
     acks = _read_acks(broker, ack_topic, expected=4)
     return Landed(config, episodes, LakeLayout(config.lake_root), report, acks, garbage[0], stray)
+
+
+@integration
+def test_two_sink_subtasks_each_a_writer(landed: Landed) -> None:
+    from deltalake import DeltaTable
+    from pi_format.lake import writer_app_id
+
+    files = sorted(landed.config.work_dir.glob("progress-*.json"))
+    assert [f.name for f in files] == ["progress-0.json", "progress-1.json"]
+    episodes = DeltaTable(landed.layout.episodes)
+    writers = [writer_app_id(f"{landed.config.group_id}-{i}") for i in (0, 1)]
+    groups = [episodes.transaction_version(w) or 0 for w in writers]
+    # every markers commit is a group commit of one writer; episodes are keyed to one subtask
+    assert sum(groups) == episodes.version() and sum(groups) >= 1
 
 
 @integration

@@ -55,8 +55,21 @@ EPISODES_SCHEMA = pa.schema(
         pa.field("raw_size_bytes", pa.int64(), nullable=False),
         pa.field("received_at_ns", pa.int64(), nullable=False),  # the manifest's arrival
         pa.field("committed_at_ns", pa.int64(), nullable=False),
+        # The locator (SPEC.md §7.8), filled by LakeWriter: where this attempt's rows are, so a
+        # reader goes straight to them instead of scanning. Paths are relative to the table root
+        # (as in the Delta log); null only in rows written before locators existed.
+        pa.field("steps_file", pa.string()),
+        pa.field("steps_row_group", pa.int32()),  # all of the episode's steps, step_index order
+        pa.field("video_file", pa.string()),
+        # per camera (in `cameras` order) the row group of its chunk 0; chunk c is that + c,
+        # one video row per row group
+        pa.field("video_row_groups", pa.list_(pa.int32())),
     ]
 )
+
+# The columns of EPISODES_SCHEMA that say where rows are stored, not what an episode is: the
+# catalog does not index them, featurizers leave them null and LakeWriter fills them.
+LOCATOR_COLUMNS = ("steps_file", "steps_row_group", "video_file", "video_row_groups")
 
 STEPS_SCHEMA = pa.schema(
     [

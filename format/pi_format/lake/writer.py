@@ -1,31 +1,42 @@
 """The lake's commit protocol, written once: every writer of the lake goes through `LakeWriter`.
 
-Commit order (SPEC.md §7.7): rows of `steps` and `video` first, the `episodes` row last. It is
-the commit marker (`pi_format.lake.visibility` is the reading side of the same rule).
+Commit order (SPEC.md §7.7): rows of `steps` and `video` first, the `episodes` rows last. They
+are the commit markers (`pi_format.lake.visibility` is the reading side of the same rule).
 
-Architecture decision 3: an episode becomes visible when its `episodes` row is committed, so
-`commit_episode` writes steps and video first and the episodes row last. Kafka redelivers and
-Flink replays, so the episodes commit is idempotent: the writer remembers which episodes are
-committed (read from the episodes table at start, then kept up to date) and also records a
-Delta application transaction per episode, checked before each commit.
+Group commits (SPEC.md §7.8): `commit_episodes` commits many episodes at once, ONE Delta commit
+per table (raw, steps, video, then episodes), so the log, the checkpoints and the per-commit
+cost grow with the number of group commits, not of episodes. Their data files are written here
+(`_files`) with a layout readers rely on, and each episodes row records where its rows are (the
+locator columns).
 
-Several writers may commit to one lake at once (two jobs, a backfill next to the stream job).
-delta-rs resolves concurrent appends itself (optimistic concurrency: it re-tries the commit at
-the next version), except when the winning commit carries the same application transaction,
-i.e. another writer committed the same episode first: delta-rs then raises CommitFailedError,
-which `commit_episode` turns into "already committed" (measured with two processes: 60 of 60
-distinct commits kept; of 30 same-episode pairs, 30 committed once and 30 refused).
+Exactly once without a per-episode identity: Kafka redelivers and Flink replays, so the writer
+remembers which episodes are committed (`_committed`: read once at open, then only the episodes
+files other writers added since) and never commits one twice. Two writers racing for the same
+episode are caught by Delta's conflict check: every episodes commit carries one application
+transaction per hash bucket of its episode ids (a bounded set of 4096 ids, however large the
+lake grows) and one for the writer's own identity (`writer_id`, which also fences a stale twin
+of the same writer). delta-rs re-tries plain concurrent appends itself, but raises
+CommitFailedError when a commit that won meanwhile carries one of the same application ids;
+then the writer re-reads what was committed, drops those episodes as duplicates and re-tries
+the rest.
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
+import uuid
+import zlib
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
 
+from pi_format.lake._committed import CommittedEpisodes, read_file
+from pi_format.lake._files import WrittenFile, sort_steps, sort_video, write_file
 from pi_format.lake.layout import LakeLayout
-from pi_format.lake.schemas import TABLE_SCHEMAS
+from pi_format.lake.schemas import LOCATOR_COLUMNS, TABLE_SCHEMAS
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -51,29 +62,46 @@ class EpisodeRows:
     def attempt_id(self) -> str:
         return str(self.episode.column("attempt_id")[0].as_py())
 
-# Delta application transaction of an episode's commit. One app_id per episode with version 1:
-# an episode is committed at most once, ever, so a new job run (new attempt ids, rewound
-# offsets) can never skip an episode that is not yet in the lake -- unlike a per-partition
-# offset watermark, which a topic recreated after a broker restart would reset below.
-EPISODE_TXN_VERSION = 1
 
-# Rows per Parquet row group: ~1k steps read in 1-2 ms (ARCHITECTURE.md); video rows hold a
-# ~10-50 kB chunk each, so a small group keeps one sample's read small.
+# Rows per Parquet row group of the tables written through delta-rs (raw, quarantine): small
+# groups keep one message's read small. steps and video are laid out by `_files` instead.
 _ROW_GROUP_ROWS = {"steps": 1024, "video": 64, "raw": 64, "episodes": 1024, "quarantine": 1024}
 # String columns that repeat within a file keep dictionary encoding; everything else turns it
 # off, because dictionary-encoded floats make proprio files larger than raw (0.77x). delta-rs
 # ignores column_properties on nested leaves, hence the default-off + per-column-on shape.
 _DICT_COLUMNS = ("episode_id", "attempt_id", "camera", "codec", "robot_id", "robot_type", "task")
 
+# Table properties of a new lake, chosen on purpose (SPEC.md §7.8):
+# - a checkpoint every 100 commits: a checkpoint rewrites the whole table state, so with group
+#   commits of ~1 s this is one rewrite every ~2 minutes per writer, while a reader replays at
+#   most 99 JSON commits on top of it;
+# - log entries kept 7 days: a long retention keeps millions of JSON files in _delta_log at one
+#   commit per second (listing them gets slow); pinned datasets do not rely on time travel.
+TABLE_CONFIGURATION = {
+    "delta.checkpointInterval": "100",
+    "delta.logRetentionDuration": "interval 7 days",
+}
+# Application-transaction buckets of episode ids (see the module doc): bounds the ids a
+# checkpoint carries; two concurrent group commits of 32 episodes share a bucket with p ~ 22%,
+# which costs the later one a re-read and a re-try, not a failure.
+TXN_BUCKETS = 4096
+# Tries of the episodes commit when concurrent writers keep winning (delta-rs already re-tries
+# plain concurrent appends up to 15 times at successive versions).
+_COMMIT_ATTEMPTS = 5
+# Stages a group commit passes, for fault injection (`on_stage`): after the steps and video
+# rows are committed and before the markers; after the markers are committed.
+STAGE_ROWS_WRITTEN = "rows_written"
+STAGE_COMMITTED = "committed"
+# commitInfo key under which each commit carries a unique tag (to find its version afterwards)
+_COMMIT_TAG = "pilake.commit"
+
 
 def table_writer_properties(name: str) -> Any:
-    """The Parquet settings every writer of lake table `name` should use (a
-    `deltalake.WriterProperties`): small row groups for video, so a reader fetching one
-    episode's chunks reads only the row groups holding it, and dictionary encoding only on
-    repeated strings.
+    """The Parquet settings for appending to lake table `name` through delta-rs (a
+    `deltalake.WriterProperties`): small row groups, dictionary encoding only on repeated strings.
 
     Example:
-        >>> write_deltalake(layout.table("video"), rows, writer_properties=table_writer_properties("video"))
+        >>> write_deltalake(layout.table("raw"), rows, writer_properties=table_writer_properties("raw"))
     """
     from deltalake import ColumnProperties, WriterProperties
 
@@ -87,40 +115,99 @@ def table_writer_properties(name: str) -> Any:
     )
 
 
-# Tries of the episodes commit when concurrent writers keep winning (delta-rs already re-tries
-# each one up to 15 times at successive versions).
-_COMMIT_ATTEMPTS = 3
+def ensure_lake_tables(layout: LakeLayout) -> dict[str, Any]:
+    """Create the lake's tables that are missing (with TABLE_CONFIGURATION) and give an
+    `episodes` table made before the locator its (nullable) locator columns; returns every
+    table, opened. Run it once before starting parallel writers: table creation and schema
+    changes are metadata commits, and a writer whose first append races one fails with
+    "Metadata changed since last commit".
+
+    Example:
+        >>> ensure_lake_tables(LakeLayout("/data/lake"))["episodes"].version()
+        0
+    """
+    from deltalake import DeltaTable, Field
+
+    tables: dict[str, Any] = {}
+    for name, schema in TABLE_SCHEMAS.items():
+        # mode="ignore": create when missing, open as-is otherwise
+        tables[name] = DeltaTable.create(
+            layout.table(name), schema=schema, mode="ignore", configuration=TABLE_CONFIGURATION
+        )
+    episodes = tables["episodes"]
+    have = set(pa.schema(episodes.schema().to_arrow()).names)
+    missing = [f for f in TABLE_SCHEMAS["episodes"] if f.name in LOCATOR_COLUMNS and f.name not in have]
+    if missing:
+        episodes.alter.add_columns([Field.from_arrow(f) for f in missing])
+    return tables
 
 
-def episode_app_id(episode_id: str) -> str:
-    """The Delta application-transaction id that marks `episode_id` as committed."""
-    return f"pilake-episode-{episode_id}"
+def bucket_app_id(episode_id: str) -> str:
+    """The application-transaction id of `episode_id`'s bucket (see the module doc)."""
+    return f"pilake-episodes-{zlib.crc32(episode_id.encode()) % TXN_BUCKETS:04d}"
+
+
+def writer_app_id(writer_id: str) -> str:
+    """The application-transaction id of one writer identity (e.g. a sink subtask)."""
+    return f"pilake-writer-{writer_id}"
+
+
+@dataclass(frozen=True, slots=True)
+class GroupCommit:
+    """What `LakeWriter.commit_episodes` did.
+
+    Example:
+        >>> result = writer.commit_episodes([rows_a, rows_b])
+        >>> result.version, result.committed, result.duplicates
+        (12, ('r1-000001', 'r1-000002'), ())
+    """
+
+    version: int  # the episodes table's version holding the markers; -1: nothing committed
+    committed: tuple[str, ...]  # episode ids committed now, sorted
+    duplicates: tuple[str, ...]  # episode ids already committed before (nothing written for them)
+    episodes: pa.Table  # the committed markers with their locator (what the catalog records)
+
+
+def _table_path_uri(table: Any) -> str:
+    uri = str(table.table_uri).rstrip("/")
+    return uri.removeprefix("file://") if uri.startswith("file://") else uri
 
 
 class LakeWriter:
     """Appends to the lake's Delta tables; other writers may commit to the same lake at once.
 
+    Args:
+        layout: the lake.
+        writer_id: this writer's identity, unique among the writers running at once (the stream
+            job uses one per sink subtask); it names its data files and fences a stale twin.
+        on_stage: called with STAGE_ROWS_WRITTEN / STAGE_COMMITTED during each group commit
+            (fault injection in tests; None in production).
+
     Example:
-        >>> writer = LakeWriter(LakeLayout("/data/lake"))
+        >>> writer = LakeWriter(LakeLayout("/data/lake"), writer_id="sink-0")
         >>> writer.committed_attempt("r1-000001") is None
         True
-        >>> version = writer.commit_episode(episode_rows)
+        >>> writer.commit_episodes([rows_a, rows_b]).committed
+        ('r1-000001', 'r1-000002')
     """
 
-    def __init__(self, layout: LakeLayout) -> None:
+    def __init__(
+        self,
+        layout: LakeLayout,
+        *,
+        writer_id: str = "default",
+        on_stage: Callable[[str], None] | None = None,
+    ) -> None:
         from deltalake import DeltaTable
 
         self.layout = layout
+        self.writer_id = writer_id
+        self._on_stage = on_stage
         # episodes commits refused because a concurrent writer won the race (for metrics/tests)
         self.commit_conflicts = 0
-        self._tables: dict[str, DeltaTable] = {}
-        for name, schema in TABLE_SCHEMAS.items():
-            # mode="ignore": create when missing, open as-is otherwise
-            self._tables[name] = DeltaTable.create(layout.table(name), schema=schema, mode="ignore")
-        ids = self._tables["episodes"].to_pyarrow_table(columns=["episode_id", "attempt_id"])
-        self._committed: dict[str, str] = dict(
-            zip(ids.column("episode_id").to_pylist(), ids.column("attempt_id").to_pylist(), strict=True)
-        )
+        self._tables: dict[str, DeltaTable] = ensure_lake_tables(layout)
+        self._committed = CommittedEpisodes(self._tables["episodes"])
+        self._sequence = self._tables["episodes"].transaction_version(writer_app_id(writer_id)) or 0
 
     @property
     def committed_count(self) -> int:
@@ -128,27 +215,14 @@ class LakeWriter:
 
     def committed_attempt(self, episode_id: str) -> str | None:
         """attempt_id of the visible episodes row of `episode_id`, or None if not committed."""
-        return self._committed.get(episode_id)
+        return self._committed.attempt(episode_id)
 
-    def _append(self, name: str, rows: pa.Table, app_id: str | None = None) -> int:
-        from deltalake import CommitProperties, Transaction, write_deltalake
+    def _append(self, name: str, rows: pa.Table) -> int:
+        from deltalake import write_deltalake
 
-        schema = TABLE_SCHEMAS[name]
-        if not rows.schema.equals(schema):
-            try:
-                rows = rows.select(schema.names).cast(schema)
-            except (KeyError, ValueError, pa.ArrowInvalid) as err:
-                raise ValueError(
-                    f"rows for table {name!r} must match pi_format.TABLE_SCHEMAS[{name!r}]: {err}"
-                ) from err
-        props = table_writer_properties(name)
-        commit = (
-            CommitProperties(app_transactions=[Transaction(app_id, EPISODE_TXN_VERSION)])
-            if app_id is not None
-            else None
-        )
+        rows = _conform(name, rows)
         table = self._tables[name]
-        write_deltalake(table, rows, mode="append", writer_properties=props, commit_properties=commit)
+        write_deltalake(table, rows, mode="append", writer_properties=table_writer_properties(name))
         return int(table.version())
 
     def write_raw(self, rows: pa.Table) -> int:
@@ -160,7 +234,7 @@ class LakeWriter:
         return self._append("quarantine", rows)
 
     def commit_episode(self, episode_rows: EpisodeRows) -> int:
-        """Write steps, video, then the episodes row (the commit marker).
+        """Commit one episode (a group of one, see `commit_episodes`).
 
         Returns:
             The episodes table's version holding the row, or -1 when the episode was already
@@ -172,61 +246,208 @@ class LakeWriter:
             >>> writer.commit_episode(episode_rows)
             -1
         """
+        return self.commit_episodes([episode_rows]).version
+
+    def commit_episodes(self, batch: Sequence[EpisodeRows], *, raw: pa.Table | None = None) -> GroupCommit:
+        """Commit a group of episodes: `raw` rows (what arrived, kept even if nothing commits),
+        then steps, video, and last the episodes rows, one Delta commit per table. Episodes
+        already committed (by anyone) are skipped and reported as duplicates; an episode id
+        twice in `batch` counts once (the first).
+
+        Example:
+            >>> writer.commit_episodes([rows_a, rows_b], raw=raw_rows).committed
+            ('r1-000001', 'r1-000002')
+        """
+        if raw is not None and raw.num_rows:
+            self._append("raw", raw)
+        unique: dict[str, EpisodeRows] = {}
+        repeated: list[str] = []
+        for rows in batch:
+            if rows.episode.num_rows != 1:
+                raise ValueError(f"EpisodeRows.episode must be one row, got {rows.episode.num_rows}")
+            if rows.episode_id in unique:
+                repeated.append(rows.episode_id)
+            else:
+                unique[rows.episode_id] = rows
+        self._committed.refresh()
+        fresh = sorted(e for e in unique if self._committed.attempt(e) is None)
+        duplicates = sorted({*repeated, *(e for e in unique if e not in fresh)})
+        if not fresh:
+            return GroupCommit(-1, (), tuple(duplicates), _empty_markers())
+        markers = self._write_rows([unique[e] for e in fresh])
+        # The markers' read point: Delta checks the markers commit against every commit since
+        # this refresh, so a writer that commits one of these episodes after it makes ours fail.
+        self._committed.refresh()
+        keep = [i for i, e in enumerate(fresh) if self._committed.attempt(e) is None]
+        markers = markers.take(keep)
+        if self._on_stage is not None:
+            self._on_stage(STAGE_ROWS_WRITTEN)
+        version, committed, markers = self._commit_markers(markers) if keep else (-1, [], _empty_markers())
+        duplicates = sorted({*duplicates, *(e for e in fresh if e not in committed)})
+        if version >= 0 and self._on_stage is not None:
+            self._on_stage(STAGE_COMMITTED)
+        return GroupCommit(version, tuple(committed), tuple(duplicates), markers)
+
+    def _commit_files(self, name: str, written: WrittenFile, app_ids: Sequence[str] = ()) -> int:
+        """Commit one written file to table `name`; returns the version of that commit."""
+        from deltalake import CommitProperties, Transaction
+
+        table = self._tables[name]
+        if not app_ids:
+            # Plain appends commit on top of the latest version (delta-rs re-tries a commit at
+            # most 15 versions ahead). A commit with app transactions keeps the read point its
+            # caller refreshed at: Delta checks conflicts against every commit since then.
+            table.update_incremental()
+        before = int(table.version())
+        tag = uuid.uuid4().hex
+        transactions = [Transaction(a, (table.transaction_version(a) or 0) + 1) for a in app_ids]
+        commit = CommitProperties(custom_metadata={_COMMIT_TAG: tag}, app_transactions=transactions or None)
+        table.create_write_transaction(
+            [written.add_action()], "append", TABLE_SCHEMAS[name], commit_properties=commit
+        )
+        table.update_incremental()
+        after = int(table.version())
+        if after == before + 1:
+            return after
+        # Other writers committed around ours: find ours by its tag among the new versions.
+        for entry in table.history(after - before):
+            if entry.get(_COMMIT_TAG) == tag:
+                return int(entry["version"])
+        raise RuntimeError(
+            f"commit {tag} to {self.layout.table(name)} is not in versions {before + 1}..{after}"
+        )
+
+    def _write_rows(self, group: list[EpisodeRows]) -> pa.Table:
+        """Write and commit the steps and video of `group` (sorted by episode id); returns their
+        episodes rows with the locator filled in."""
+        steps_parts: list[pa.Table] = []
+        steps_groups: list[int] = []
+        video_parts: list[pa.Table] = []
+        locator: dict[str, list[Any]] = {c: [] for c in LOCATOR_COLUMNS}
+        video_rows = 0
+        for rows in group:
+            cameras = [str(c) for c in rows.episode.column("cameras")[0].as_py()]
+            steps, groups = sort_steps(_conform("steps", rows.steps))
+            video, starts = sort_video(_conform("video", rows.video), cameras)
+            locator["steps_row_group"].append(len(steps_groups) if groups else -1)
+            locator["video_row_groups"].append([video_rows + s for s in starts])
+            steps_parts.append(steps)
+            steps_groups += groups
+            video_parts.append(video)
+            video_rows += video.num_rows
+        steps_file = self._write_table("steps", pa.concat_tables(steps_parts), steps_groups, "zstd")
+        # encoded video does not compress further; one row per row group (one chunk per read)
+        video_file = self._write_table("video", pa.concat_tables(video_parts), [1] * video_rows, "none")
+        for name, written in (("steps", steps_file), ("video", video_file)):
+            if written is not None:
+                self._commit_files(name, written)
+        locator["steps_file"] = [steps_file.relative_path if steps_file else None] * len(group)
+        locator["video_file"] = [video_file.relative_path if video_file else None] * len(group)
+        markers = pa.concat_tables([_conform("episodes", r.episode) for r in group])
+        for column in LOCATOR_COLUMNS:
+            index = markers.schema.get_field_index(column)
+            markers = markers.set_column(
+                index,
+                markers.schema.field(index),
+                pa.array(locator[column], markers.schema.field(index).type),
+            )
+        return markers
+
+    def _write_table(
+        self, name: str, rows: pa.Table, row_groups: list[int], compression: str
+    ) -> WrittenFile | None:
+        if rows.num_rows == 0:
+            return None
+        return write_file(
+            self.layout.table(name), rows, row_groups, writer_id=self.writer_id, compression=compression
+        )
+
+    def _commit_markers(self, markers: pa.Table) -> tuple[int, list[str], pa.Table]:
+        """Commit the episodes rows; re-try without the episodes a concurrent writer committed
+        first. Returns (version or -1, the ids committed, their rows)."""
         from deltalake.exceptions import CommitFailedError
 
-        eid = episode_rows.episode_id
-        app_id = episode_app_id(eid)
         episodes = self._tables["episodes"]
-        if eid in self._committed:
-            return -1
-        # Belt and braces: delta-rs does not enforce app transactions, a committed one is only
-        # seen if we look (e.g. a row committed by a writer that has since been replaced).
-        episodes.update_incremental()
-        if (episodes.transaction_version(app_id) or 0) >= EPISODE_TXN_VERSION:
-            self._committed[eid] = self._attempt_in_table(eid) or episode_rows.attempt_id
-            return -1
-        # Rows of steps/video written here but never followed by an episodes row (a crash in
-        # between) carry an attempt id no episodes row names: invisible, and removed by GC.
-        if episode_rows.steps.num_rows:
-            self._append("steps", episode_rows.steps)
-        if episode_rows.video.num_rows:
-            self._append("video", episode_rows.video)
         for attempt in range(_COMMIT_ATTEMPTS):
+            ids = [str(e) for e in markers.column("episode_id").to_pylist()]
+            written = write_file(
+                self.layout.episodes,
+                markers,
+                [markers.num_rows],
+                writer_id=self.writer_id,
+                compression="zstd",
+            )
+            app_ids = [*sorted({bucket_app_id(e) for e in ids}), writer_app_id(self.writer_id)]
             try:
-                version = self._append("episodes", episode_rows.episode, app_id=app_id)
-                break
+                version = self._commit_files("episodes", written, app_ids)
             except CommitFailedError as err:
                 self.commit_conflicts += 1
-                # Lost a race with another writer. If it committed this episode, we are done
-                # (our steps/video rows stay invisible, decision 3); otherwise try again.
-                episodes.update_incremental()
-                if (episodes.transaction_version(app_id) or 0) >= EPISODE_TXN_VERSION:
-                    self._committed[eid] = self._attempt_in_table(eid) or episode_rows.attempt_id
-                    return -1
+                _remove_uncommitted(self.layout.episodes, written)
+                # Lost a race: learn what the winners committed, keep only what is still ours.
+                self._committed.refresh()
+                keep = [i for i, e in enumerate(ids) if self._committed.attempt(e) is None]
+                if not keep:
+                    return -1, [], _empty_markers()
                 if attempt + 1 == _COMMIT_ATTEMPTS:
                     raise CommitFailedError(
-                        f"episodes commit of {eid} to {self.layout.episodes} failed {_COMMIT_ATTEMPTS} "
-                        f"times against concurrent writers: {err}"
+                        f"episodes commit of {len(keep)} episodes to {self.layout.episodes} failed "
+                        f"{_COMMIT_ATTEMPTS} times against concurrent writers: {err}"
                     ) from err
-        self._committed[eid] = episode_rows.attempt_id
-        return version
-
-    def _attempt_in_table(self, episode_id: str) -> str | None:
-        row = self.committed_episode_row(episode_id)
-        return str(row[0].column("attempt_id")[0].as_py()) if row is not None else None
+                markers = markers.take(keep)
+                continue
+            self._sequence += 1
+            uri = f"{_table_path_uri(episodes)}/{written.relative_path}"
+            self._committed.learn_own(uri, markers)
+            return version, ids, markers
+        raise AssertionError("unreachable")
 
     def committed_episode_row(self, episode_id: str) -> tuple[pa.Table, int] | None:
         """The visible episodes row of `episode_id` and the table version it was read at.
 
-        Reads the episodes table (a scan filtered on episode_id): meant for the rare duplicate,
-        not for every message.
+        Reads the one file holding its marker: meant for the rare duplicate, not every message.
 
         Example:
             >>> row, version = writer.committed_episode_row("r1-000001")
         """
         import pyarrow.compute as pc
 
-        table = self._tables["episodes"]
-        table.update_incremental()
-        rows = table.to_pyarrow_table(filters=pc.field("episode_id") == episode_id)
-        return (rows.slice(0, 1), int(table.version())) if rows.num_rows else None
+        self._committed.refresh()
+        uri = self._committed.marker_file(episode_id)
+        attempt = self._committed.attempt(episode_id)
+        if uri is None or attempt is None:
+            return None
+        rows = read_file(uri)
+        rows = rows.filter(
+            pc.and_(
+                pc.equal(rows.column("episode_id"), episode_id), pc.equal(rows.column("attempt_id"), attempt)
+            )
+        )
+        return (_conform("episodes", rows.slice(0, 1)), int(self._tables["episodes"].version()))
+
+
+def _conform(name: str, rows: pa.Table) -> pa.Table:
+    schema = TABLE_SCHEMAS[name]
+    if rows.schema.equals(schema):
+        return rows
+    try:
+        if name == "episodes":  # rows of a lake older than the locator columns
+            for field in schema:
+                if field.name not in rows.column_names:
+                    rows = rows.append_column(field, pa.nulls(rows.num_rows, field.type))
+        return rows.select(schema.names).cast(schema)
+    except (KeyError, ValueError, pa.ArrowInvalid) as err:
+        raise ValueError(
+            f"rows for table {name!r} must match pi_format.TABLE_SCHEMAS[{name!r}]: {err}"
+        ) from err
+
+
+def _empty_markers() -> pa.Table:
+    return TABLE_SCHEMAS["episodes"].empty_table()
+
+
+def _remove_uncommitted(table_uri: str, written: WrittenFile) -> None:
+    """Delete a data file whose commit was refused (no Delta version names it); GC would find
+    it anyway, this only saves it the trouble."""
+    if "://" not in table_uri:
+        with contextlib.suppress(OSError):
+            os.remove(os.path.join(table_uri, written.relative_path))

@@ -19,6 +19,12 @@ def stream_config_from_args(settings: Settings, args: argparse.Namespace) -> Str
     config = stream_config(settings)
     if args.incomplete_timeout_s is not None:
         config = replace(config, incomplete_timeout_s=args.incomplete_timeout_s)
+    if args.parallelism is not None:
+        config = replace(config, parallelism=args.parallelism)
+    if args.group_commit_episodes is not None:
+        config = replace(config, group_commit_max_episodes=args.group_commit_episodes)
+    if args.group_commit_delay_ms is not None:
+        config = replace(config, group_commit_delay_ms=args.group_commit_delay_ms)
     if args.keyframe_interval is not None:
         config = replace(
             config, featurize=replace(config.featurize, keyframe_interval=args.keyframe_interval)
@@ -53,6 +59,24 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         type=float,
         default=None,
         help="quarantine an episode with no new chunk for this long (default 60)",
+    )
+    p.add_argument(
+        "--parallelism",
+        type=int,
+        default=None,
+        help="parallel sink subtasks, each its own lake writer (default 1; 2+ on a host with spare cores)",
+    )
+    p.add_argument(
+        "--group-commit-episodes",
+        type=int,
+        default=None,
+        help="most episodes per group commit (default 32)",
+    )
+    p.add_argument(
+        "--group-commit-delay-ms",
+        type=int,
+        default=None,
+        help="longest an episode waits for its group commit (default 500)",
     )
     p.add_argument(
         "--keyframe-interval",

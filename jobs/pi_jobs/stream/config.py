@@ -46,6 +46,13 @@ class StreamJobConfig:
     # chunks kept in raw). 60 s: far above the gaps between chunks of one upload, below the
     # uploader's 120 s re-send, and `until_idle` waits for it when episodes are incomplete.
     incomplete_timeout_s: float = 60.0
+    # Parallel sink subtasks (each its own lake writer). 1 on a laptop; a host with spare cores
+    # runs 2+ (benchmarks/ingest measures the speed-up).
+    parallelism: int = 1
+    # Group commit bounds (SPEC.md §7.8): up to this many episodes per Delta commit, and no
+    # episode waits longer than this for its commit.
+    group_commit_max_episodes: int = 32
+    group_commit_delay_ms: int = 500
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
@@ -56,6 +63,12 @@ class StreamJobConfig:
             raise ValueError(
                 f"incomplete_timeout_s must be in [0.1, 604800] seconds, got {self.incomplete_timeout_s}"
             )
+        if not 1 <= self.parallelism <= 64:
+            raise ValueError(f"parallelism must be in [1, 64], got {self.parallelism}")
+        if self.group_commit_max_episodes < 1:
+            raise ValueError(f"group_commit_max_episodes must be >= 1, got {self.group_commit_max_episodes}")
+        if not 0 <= self.group_commit_delay_ms <= 60_000:
+            raise ValueError(f"group_commit_delay_ms must be in [0, 60000], got {self.group_commit_delay_ms}")
         if self.checkpoint_interval_ms < 100:
             raise ValueError(f"checkpoint_interval_ms must be >= 100, got {self.checkpoint_interval_ms}")
         for name in ("raw_topic", "ack_topic", "group_id"):
@@ -76,6 +89,7 @@ class StreamJobConfig:
 
     @property
     def progress_path(self) -> Path:
+        """Base name of the progress files: each sink subtask i writes progress-{i}.json."""
         return self.work_dir / "progress.json"
 
 

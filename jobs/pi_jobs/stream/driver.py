@@ -21,12 +21,44 @@ from pi_jobs.stream.offsets import committed_offsets, true_end_offsets
 log = logging.getLogger("pi_jobs")
 
 
-def _read_progress(path: Path) -> dict[str, Any]:
-    try:
-        doc: dict[str, Any] = json.loads(path.read_text())
-        return doc
-    except (OSError, ValueError):
+_SUMMED = (
+    "messages",
+    "bytes",
+    "committed",
+    "duplicates",
+    "quarantined",
+    "incomplete",
+    "buffered",
+    "timed_out",
+)
+
+
+def _progress_files(path: Path) -> list[Path]:
+    return sorted(path.parent.glob(f"{path.stem}-*{path.suffix}"))
+
+
+def read_progress(path: Path) -> dict[str, Any]:
+    """The progress of all sink subtasks (one file each, see `_sink`), added up: counts summed,
+    per-partition offsets the largest any subtask processed, activity from first to last."""
+    docs = []
+    for one in _progress_files(path):
+        try:
+            docs.append(json.loads(one.read_text()))
+        except (OSError, ValueError):
+            continue
+    if not docs:
         return {}
+    total: dict[str, Any] = {k: sum(int(d.get(k, 0)) for d in docs) for k in _SUMMED}
+    offsets: dict[str, int] = {}
+    for d in docs:
+        for p, o in d.get("offsets", {}).items():
+            offsets[p] = max(offsets.get(p, -1), int(o))
+    total["offsets"] = offsets
+    starts = [int(d["first_activity_ns"]) for d in docs if d.get("first_activity_ns")]
+    total["first_activity_ns"] = min(starts) if starts else 0
+    total["last_activity_ns"] = max(int(d.get("last_activity_ns", 0)) for d in docs)
+    total["subtasks"] = len(docs)
+    return total
 
 
 def _report(progress: Mapping[str, Any], elapsed_s: float, startup_s: float) -> StreamReport:
@@ -100,7 +132,8 @@ def run_stream_job(
     t0 = time.monotonic()
     config.work_dir.mkdir(parents=True, exist_ok=True)
     progress_path = config.progress_path
-    progress_path.unlink(missing_ok=True)  # counts are per run
+    for old in _progress_files(progress_path):  # counts are per run
+        old.unlink(missing_ok=True)
 
     start_offsets: dict[int, int] = {}
     ends: dict[int, int] = {}
@@ -139,7 +172,7 @@ def run_stream_job(
             if status == "RUNNING" and not startup_s:
                 startup_s = time.monotonic() - t0
                 log.info("stream job running after %.1f s", startup_s)
-            progress = _read_progress(progress_path) or progress
+            progress = read_progress(progress_path) or progress
             now = time.monotonic()
             messages = int(progress.get("messages", 0))
             if messages != last_messages:
@@ -167,6 +200,9 @@ def run_stream_job(
                 # (and keep their raw bytes); bounded in case no timer fires.
                 if incomplete and now - last_change < config.incomplete_timeout_s + idle_timeout_s + 10:
                     continue
+                # Episodes waiting for their group commit: its delay timer commits them.
+                if int(progress.get("buffered", 0)) and now - last_change < idle_timeout_s + 30:
+                    continue
                 if not _caught_up(progress, ends, start_offsets):
                     if now - ends_checked_at > 10 * idle_timeout_s and status == "RUNNING":
                         log.info(
@@ -177,7 +213,7 @@ def run_stream_job(
                 # Caught up with the ends we knew; new records may have arrived since.
                 ends = true_end_offsets(config)
                 ends_checked_at = time.monotonic()
-                progress = _read_progress(progress_path) or progress
+                progress = read_progress(progress_path) or progress
                 if _caught_up(progress, ends, start_offsets):
                     _wait_for_commit(config, ends)
                     break
@@ -185,7 +221,7 @@ def run_stream_job(
         log.info("stream: interrupted, cancelling the job")
     finally:
         _cancel(client)
-    progress = _read_progress(progress_path) or progress
+    progress = read_progress(progress_path) or progress
     report = _report(progress, time.monotonic() - t0, startup_s)
     log.info(
         "stream: done, %d messages, %d committed, %.1f MB/s over %.1f s (startup %.1f s); "

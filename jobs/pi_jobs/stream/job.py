@@ -1,6 +1,6 @@
 """The stream job's graph: the Kafka source table, key by episode, the lake sink.
 
-Job graph (parallelism 1): Table API Kafka source (`value.format=raw`, key, partition and
+Job graph (at `StreamJobConfig.parallelism`): Table API Kafka source (`value.format=raw`, key, partition and
 offset as columns) -> `to_data_stream` -> key_by(episode_id) -> `EpisodeSinkFunction`
 (pi_jobs.stream._sink). `pi_jobs.stream.driver` submits it and watches it.
 """
@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from pi_jobs.errors import StreamJobError
 from pi_jobs.kafka_security import java_client_properties
 from pi_jobs.stream.config import StreamJobConfig
 
@@ -44,6 +45,18 @@ def build_job(config: StreamJobConfig) -> Any:
     from pi_jobs.stream.contract import load_registry
 
     registry = load_registry(config.robots_path)  # a bad registry fails here, not in the worker
+    from pi_format import LakeLayout
+    from pi_format.lake import ensure_lake_tables
+
+    # once, here: parallel sink subtasks creating tables at once race on metadata commits
+    try:
+        ensure_lake_tables(LakeLayout(config.lake_root))
+    except Exception as err:  # deltalake's TableNotFoundError, OSError, ...
+        raise StreamJobError(
+            f"stream job failed before it started: cannot create or open the lake's tables under "
+            f"{config.lake_root}: {err}; check that the lake root is a writable directory or URI "
+            f"(logs in {config.log_dir.absolute()})"
+        ) from err
 
     conf = Configuration()
     conf.set_string("python.executable", sys.executable)  # "No module named pyflink" otherwise
@@ -61,10 +74,12 @@ def build_job(config: StreamJobConfig) -> Any:
     conf.set_string("execution.checkpointing.interval", f"{config.checkpoint_interval_ms} ms")
     conf.set_string("execution.checkpointing.storage", "filesystem")
     conf.set_string("execution.checkpointing.dir", (config.work_dir / "checkpoints").absolute().as_uri())
-    conf.set_string("parallelism.default", "1")
+    conf.set_string("parallelism.default", str(config.parallelism))
+    # one slot per parallel subtask on the local mini-cluster
+    conf.set_string("taskmanager.numberOfTaskSlots", str(config.parallelism))
 
     env = StreamExecutionEnvironment.get_execution_environment(conf)
-    env.set_parallelism(1)
+    env.set_parallelism(config.parallelism)
     env.enable_checkpointing(config.checkpoint_interval_ms)
     env.add_jars(*[p.absolute().as_uri() for p in jars])
     t_env = StreamTableEnvironment.create(env)
@@ -108,6 +123,9 @@ def build_job(config: StreamJobConfig) -> Any:
         client_options=dict(config.client_options),
         registry=registry,
         incomplete_timeout_ms=round(config.incomplete_timeout_s * 1000),
+        group_commit_max_episodes=config.group_commit_max_episodes,
+        group_commit_delay_ms=config.group_commit_delay_ms,
+        writer_prefix=config.group_id,
     )
     stream = t_env.to_data_stream(t_env.from_path("pilake_raw"))
     (

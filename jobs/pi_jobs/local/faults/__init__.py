@@ -14,6 +14,7 @@ duplicated.
 | `bad_bytes` | corrupted, truncated, oversize, unknown-version messages and `kcat` garbage |
 | `concurrent_writers` | two processes commit to the same Delta tables at once |
 | `lake_unwritable` | the lake's files become immutable: the job must fail loudly, then resume |
+| `crash_point` | the sink's worker dies at a point of a group commit (`CRASH_POINTS`) |
 
 Each scenario is `scenario(home, jar_cache, *, seed=...) -> FaultResult`; `SCENARIOS` maps their
 names to them. `FaultStack` and `StreamProcess` are the harness they are built on.
@@ -26,6 +27,7 @@ Example:
 """
 
 from pi_jobs.local.faults._concurrent_writers import concurrent_writers
+from pi_jobs.local.faults._crash_points import CRASH_POINTS, crash_point
 from pi_jobs.local.faults._harness import FaultStack, StreamProcess
 from pi_jobs.local.faults._messages import KCAT_GARBAGE
 from pi_jobs.local.faults._result import FaultResult
@@ -38,6 +40,7 @@ from pi_jobs.local.faults._scenarios import (
 )
 
 __all__ = [
+    "CRASH_POINTS",
     "KCAT_GARBAGE",
     "SCENARIOS",
     "FaultResult",
@@ -46,6 +49,7 @@ __all__ = [
     "bad_bytes",
     "broker_restart",
     "concurrent_writers",
+    "crash_point",
     "kill_stream_job",
     "lake_unwritable",
 ]

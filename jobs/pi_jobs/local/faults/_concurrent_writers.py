@@ -15,14 +15,22 @@ from pi_jobs.local.faults._result import FaultResult, make_result
 
 
 # -- 4. two writers on one Delta table --------------------------------------------------------
-def _writer_process(lake_root: str, episodes: list[Any], barrier: Any, out: Any) -> None:
+def _writer_process(lake_root: str, episodes: list[Any], barrier: Any, markers: Any, out: Any) -> None:
     from pi_format import LakeLayout
-    from pi_format.lake import LakeWriter
+    from pi_format.lake import STAGE_ROWS_WRITTEN, LakeWriter
+
+    def both_ready_to_commit_markers(stage: str) -> None:
+        # Both writers have read what is committed and neither has committed its markers: the
+        # second to commit must lose Delta's conflict check (the lost-race branch runs).
+        if stage == STAGE_ROWS_WRITTEN:
+            markers.wait(timeout=120)
 
     from pi_jobs.stream.featurize import FeaturizeConfig, featurize
 
     config = FeaturizeConfig(video_width=64, video_height=64, chunk_frames=10)
-    writer = LakeWriter(LakeLayout(lake_root))
+    writer = LakeWriter(
+        LakeLayout(lake_root), writer_id=f"writer-{os.getpid()}", on_stage=both_ready_to_commit_markers
+    )
     featurized = [
         featurize(
             ep,
@@ -35,7 +43,10 @@ def _writer_process(lake_root: str, episodes: list[Any], barrier: Any, out: Any)
         for ep in episodes
     ]
     barrier.wait()  # both start committing at the same instant
-    versions = [writer.commit_episode(f) for f in featurized]
+    # one group commit of all its episodes: both groups hold the 3 shared episodes, so their
+    # episodes commits race on the same application-transaction buckets
+    result = writer.commit_episodes(featurized)
+    versions = [result.version if f.episode_id in result.committed else -1 for f in featurized]
     out.put((versions, writer.commit_conflicts))
 
 
@@ -61,8 +72,11 @@ def concurrent_writers(home: Path, jar_cache: Path, *, seed: int = 7400) -> Faul
     parts = [episodes[3:6] + episodes[:3], episodes[3:]]
     ctx = multiprocessing.get_context("spawn")
     barrier = ctx.Barrier(len(parts))
+    markers = ctx.Barrier(len(parts))
     out = ctx.Queue()
-    procs = [ctx.Process(target=_writer_process, args=(layout.root, part, barrier, out)) for part in parts]
+    procs = [
+        ctx.Process(target=_writer_process, args=(layout.root, part, barrier, markers, out)) for part in parts
+    ]
     for p in procs:
         p.start()
     results = [out.get(timeout=300) for _ in procs]
@@ -90,4 +104,3 @@ def concurrent_writers(home: Path, jar_cache: Path, *, seed: int = 7400) -> Faul
             "episodes_table_version": DeltaTable(layout.episodes).version(),
         },
     )
-

@@ -164,13 +164,13 @@ class FaultStack:
             "OPENBLAS_NUM_THREADS": "1",
         }
 
-    def start_stream(self, *args: str) -> StreamProcess:
+    def start_stream(self, *args: str, extra_env: Mapping[str, str] | None = None) -> StreamProcess:
         """Start `pilake stream ARGS` in a new session (its own process group)."""
         log_path = self.home / f"stream-{len(self.streams)}.log"
         with open(log_path, "wb") as out:
             proc = subprocess.Popen(
                 [_pilake(), "stream", *args],
-                env=self.env(),
+                env={**self.env(), **(extra_env or {})},
                 stdout=out,
                 stderr=subprocess.STDOUT,
                 stdin=subprocess.DEVNULL,
@@ -198,13 +198,10 @@ class FaultStack:
         return count
 
     def progress(self) -> dict[str, Any]:
-        import json
+        """The stream job's progress, all sink subtasks added up."""
+        from pi_jobs.stream.driver import read_progress
 
-        try:
-            doc: dict[str, Any] = json.loads((self.settings.flink_dir / "progress.json").read_text())
-            return doc
-        except (OSError, ValueError):
-            return {}
+        return read_progress(self.settings.flink_dir / "progress.json")
 
     def wait_progress(
         self, stream: StreamProcess, done: Callable[[dict[str, Any]], bool], timeout_s: float, what: str
@@ -273,4 +270,3 @@ def confirm_all(up: Any, stream: StreamProcess, timeout_s: float = CONFIRM_TIMEO
             f"alive={stream.alive()}:\n{stream.output()[-3000:]}"
         )
     return report
-

@@ -51,6 +51,15 @@ def _schema_expectations(gxe: Any, table: str, columns: tuple[str, ...]) -> list
                     notes=f"List column {f.name} must have Arrow type {f.type} (readers assume it).",
                 )
             )
+        elif f.nullable and pa_is_integer(f.type):
+            # pandas turns an integer column with nulls (rows older than the lake locator) into float64
+            out.append(
+                gxe.ExpectColumnValuesToBeInTypeList(
+                    column=f.name,
+                    type_list=[_numpy_dtype_name(f.type), "float64"],
+                    notes=f"Arrow type {f.type}, nullable (float64 in pandas when it holds nulls).",
+                )
+            )
         else:
             out.append(
                 gxe.ExpectColumnValuesToBeOfType(
@@ -60,6 +69,12 @@ def _schema_expectations(gxe: Any, table: str, columns: tuple[str, ...]) -> list
             if not f.nullable:
                 out.append(gxe.ExpectColumnValuesToNotBeNull(column=f.name, notes="Declared non-null."))
     return out
+
+
+def pa_is_integer(t: Any) -> bool:
+    import pyarrow as pa
+
+    return bool(pa.types.is_integer(t))
 
 
 def pa_is_list(t: Any) -> bool:

@@ -1,0 +1,97 @@
+"""Which episodes are committed: the writer's memory of the episodes table.
+
+Read in full once when a writer opens (one projected scan of the commit markers), then kept up
+to date from only the episodes files that other writers added since (`refresh`), so its cost per
+group commit does not grow with the lake. `pi_format.lake.visibility.latest_commits` decides
+which attempt counts when an episode has several rows; `_merge` applies the same rule pair by
+pair (latest committed_at_ns, ties to the larger attempt_id).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from pi_format.lake.visibility import COMMIT_COLUMNS
+
+
+def read_file(uri: str, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
+    """One Parquet data file of a table, by the URI `DeltaTable.file_uris()` gives."""
+    from pyarrow import fs
+
+    if "://" in uri and not uri.startswith("file://"):
+        filesystem, path = fs.FileSystem.from_uri(uri)
+    else:
+        filesystem, path = fs.LocalFileSystem(), uri.removeprefix("file://")
+    return pq.read_table(path, columns=columns, filters=filters, filesystem=filesystem)
+
+
+class CommittedEpisodes:
+    """episode_id -> (attempt_id, committed_at_ns) of the visible commit marker.
+
+    Example:
+        >>> committed = CommittedEpisodes(delta_table)
+        >>> committed.refresh()          # picks up other writers' commits
+        >>> committed.attempt("r1-000001")
+        '5c0f...'
+    """
+
+    def __init__(self, table: Any) -> None:
+        self._table = table
+        self._known_files: set[str] = set()
+        # episode_id -> (attempt_id, committed_at_ns, index into _files of its marker's file)
+        self._visible: dict[str, tuple[str, int, int]] = {}
+        self._files: list[str] = []
+        self.refresh()
+
+    def __len__(self) -> int:
+        return len(self._visible)
+
+    def attempt(self, episode_id: str) -> str | None:
+        found = self._visible.get(episode_id)
+        return found[0] if found is not None else None
+
+    def marker_file(self, episode_id: str) -> str | None:
+        """URI of the file holding the visible marker of `episode_id` (None: not committed)."""
+        found = self._visible.get(episode_id)
+        return self._files[found[2]] if found is not None else None
+
+    def refresh(self) -> list[str]:
+        """Bring the table up to its latest version and learn the episodes of files added since
+        the last refresh; returns their episode ids."""
+        self._table.update_incremental()
+        uris = self._table.file_uris()
+        new = [u for u in uris if u not in self._known_files]
+        if not new:
+            return []
+        return self._learn(new)
+
+    def learn_own(self, uri: str, rows: pa.Table) -> None:
+        """Record the markers of a file this writer just committed, without reading it back."""
+        self._known_files.add(uri)
+        self._merge(uri, rows)
+
+    def _learn(self, uris: list[str]) -> list[str]:
+        learned: list[str] = []
+        for uri in uris:
+            rows = read_file(uri, list(COMMIT_COLUMNS))
+            self._known_files.add(uri)
+            self._merge(uri, rows)
+            learned += [str(e) for e in rows.column("episode_id").to_pylist()]
+        return learned
+
+    def _merge(self, uri: str, rows: pa.Table) -> None:
+        file_index = len(self._files)
+        self._files.append(uri)
+        for eid, attempt, at_ns in zip(
+            rows.column("episode_id").to_pylist(),
+            rows.column("attempt_id").to_pylist(),
+            rows.column("committed_at_ns").to_pylist(),
+            strict=True,
+        ):
+            known = self._visible.get(eid)
+            # latest_commits' rule (pi_format.lake.visibility), for one pair at a time
+            if known is None or (at_ns, attempt) > (known[1], known[0]):
+                self._visible[eid] = (attempt, at_ns, file_index)

@@ -1,0 +1,162 @@
+"""Data files of a group commit, written by `LakeWriter` itself (not by delta-rs's writer) so
+that their layout is decided here and known before the commit (SPEC.md §7.8):
+
+* steps: one file per group commit, sorted by (episode_id, step_index), ONE row group per
+  episode, so a reader fetches one episode's steps with one ranged read;
+* video: one file per group commit, sorted by (episode, camera in the episode's `cameras`
+  order, chunk_index), ONE row group per video row (one chunk of one camera), so a sample's
+  frame costs one ranged read of its chunk;
+* episodes: one file per group commit (the commit markers, with the locator filled in).
+
+Each file becomes a Delta `AddAction` with the statistics delta-rs would have written for the
+columns readers prune on (episode_id, attempt_id).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+# Columns with statistics in the Parquet footer: the ones a reader prunes or checks on. Stats on
+# every column of every one-row video row group would make the footer ~10% larger for nothing.
+_STATS_COLUMNS = ("episode_id", "attempt_id", "camera", "chunk_index", "first_frame", "step_index")
+_DICT_COLUMNS = ("episode_id", "attempt_id", "camera", "codec", "robot_id", "robot_type", "task")
+# Delta add-action statistics (data skipping) for these columns when present.
+_DELTA_STATS_COLUMNS = ("episode_id", "attempt_id")
+
+
+@dataclass(frozen=True, slots=True)
+class WrittenFile:
+    """A data file written into a table's directory, not yet committed."""
+
+    relative_path: str  # as the Delta log records it
+    size_bytes: int
+    num_rows: int
+    stats_json: str
+
+    def add_action(self) -> Any:
+        from deltalake.transaction import AddAction
+
+        return AddAction(
+            path=self.relative_path,
+            size=self.size_bytes,
+            partition_values={},
+            modification_time=int(time.time() * 1000),
+            data_change=True,
+            stats=self.stats_json,
+        )
+
+
+def _filesystem(table_uri: str) -> tuple[Any, str]:
+    from pyarrow import fs
+
+    if "://" in table_uri:
+        return fs.FileSystem.from_uri(table_uri)
+    return fs.LocalFileSystem(), os.path.abspath(table_uri)
+
+
+def _delta_stats(table: pa.Table) -> str:
+    mins: dict[str, object] = {}
+    maxs: dict[str, object] = {}
+    nulls: dict[str, int] = {}
+    for name in _DELTA_STATS_COLUMNS:
+        if name in table.column_names and table.num_rows:
+            column = table.column(name)
+            bounds = pc.min_max(column)
+            mins[name] = bounds["min"].as_py()
+            maxs[name] = bounds["max"].as_py()
+            nulls[name] = column.null_count
+    return json.dumps(
+        {"numRecords": table.num_rows, "minValues": mins, "maxValues": maxs, "nullCount": nulls},
+        separators=(",", ":"),
+    )
+
+
+def write_file(
+    table_uri: str,
+    table: pa.Table,
+    row_group_rows: list[int],
+    *,
+    writer_id: str,
+    compression: str,
+) -> WrittenFile:
+    """Write `table` as one Parquet file under `table_uri` with row groups of exactly
+    `row_group_rows` rows each (in order; they must add up to the table's rows).
+
+    Example:
+        >>> f = write_file("/lake/steps", rows, [600, 450], writer_id="sink-0", compression="zstd")
+        >>> f.relative_path
+        'part-sink-0-3f6c...parquet'
+    """
+    if sum(row_group_rows) != table.num_rows or any(n <= 0 for n in row_group_rows):
+        raise ValueError(
+            f"row groups of {row_group_rows} rows do not partition the {table.num_rows} rows to write"
+        )
+    fs, base = _filesystem(table_uri)
+    # The writer id in the name tells an operator which writer left a file (e.g. one whose
+    # commit never came); the uuid makes it unique across writers and retries.
+    safe_writer = "".join(c if c.isalnum() or c in "-_" else "_" for c in writer_id)
+    name = f"part-{safe_writer}-{uuid.uuid4().hex}.parquet"
+    names = table.column_names
+    with fs.open_output_stream(f"{base}/{name}") as sink:
+        writer = pq.ParquetWriter(
+            sink,
+            table.schema,
+            compression=compression,
+            use_dictionary=[c for c in _DICT_COLUMNS if c in names],
+            write_statistics=[c for c in _STATS_COLUMNS if c in names],
+        )
+        start = 0
+        for rows in row_group_rows:
+            writer.write_table(table.slice(start, rows), row_group_size=rows)
+            start += rows
+        writer.close()
+    size = fs.get_file_info(f"{base}/{name}").size
+    return WrittenFile(
+        relative_path=name, size_bytes=int(size), num_rows=table.num_rows, stats_json=_delta_stats(table)
+    )
+
+
+def sort_steps(steps: pa.Table) -> tuple[pa.Table, list[int]]:
+    """Steps of one episode in step_index order, checked to be 0..T-1."""
+    ordered = steps.sort_by([("step_index", "ascending")])
+    index = ordered.column("step_index").to_numpy()
+    if not np.array_equal(index, np.arange(len(index))):
+        raise ValueError("steps must have step_index 0..T-1 without gaps or repeats")
+    return ordered, [ordered.num_rows] if ordered.num_rows else []
+
+
+def sort_video(video: pa.Table, cameras: list[str]) -> tuple[pa.Table, list[int]]:
+    """Video rows of one episode in (camera in `cameras` order, chunk_index) order, and each
+    camera's first row (its chunk 0) relative to the episode's first row.
+
+    Raises:
+        ValueError: a camera's chunks are not 0..n-1, or a row names a camera not in `cameras`.
+    """
+    if video.num_rows == 0:
+        return video, [0] * len(cameras)
+    camera_of_row = video.column("camera").to_pylist()
+    unknown = sorted(set(camera_of_row) - set(cameras))
+    if unknown:
+        raise ValueError(f"video rows of cameras {unknown} that the episodes row does not list ({cameras})")
+    position = pa.array([cameras.index(c) for c in camera_of_row], pa.int32())
+    keyed = video.append_column("__camera_position", position)
+    ordered = keyed.sort_by([("__camera_position", "ascending"), ("chunk_index", "ascending")])
+    positions = ordered.column("__camera_position").to_numpy()
+    chunks = ordered.column("chunk_index").to_numpy()
+    starts: list[int] = []
+    for k, camera in enumerate(cameras):
+        rows = np.flatnonzero(positions == k)
+        if rows.size and not np.array_equal(chunks[rows], np.arange(rows.size)):
+            raise ValueError(f"camera {camera!r}: chunk_index must be 0..{rows.size - 1} without gaps")
+        starts.append(int(rows[0]) if rows.size else int(np.searchsorted(positions, k)))
+    return ordered.drop_columns(["__camera_position"]), starts
