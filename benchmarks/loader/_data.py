@@ -5,7 +5,8 @@ with the cameras recorded at the control rate so that every loader sees one fram
 The export holds the frames *decoded from the lake* (so all loaders start from the same pixels),
 proprio and actions, one compressed .npz per episode; the peers build their own datasets from it.
 The 1,000-episode lake reuses one featurized episode's rows under new ids (only the index and
-open path scale with it), written in a few Delta appends, then indexed in a chdb catalog.
+open path scale with it), committed through LakeWriter in group commits as the stream job
+commits (its file layout and locators), then indexed in a chdb catalog.
 """
 
 from __future__ import annotations
@@ -16,9 +17,13 @@ import time
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pyarrow as pa
+
+if TYPE_CHECKING:
+    from pi_format.lake import EpisodeRows
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,7 +194,7 @@ def _renamed(table: pa.Table, column: str, value: str) -> pa.Table:
     return table.set_column(index, table.schema.field(index), pa.array([value] * table.num_rows, pa.string()))
 
 
-def _copies(template: object, count: int, first: int) -> Iterator[tuple[pa.Table, pa.Table, pa.Table]]:
+def _copies(template: object, count: int, first: int) -> Iterator[EpisodeRows]:
     from pi_format.lake import EpisodeRows
 
     assert isinstance(template, EpisodeRows)
@@ -199,34 +204,31 @@ def _copies(template: object, count: int, first: int) -> Iterator[tuple[pa.Table
             _renamed(_renamed(t, "episode_id", eid), "attempt_id", attempt)
             for t in (template.episode, template.steps, template.video)
         )
-        yield episode, steps, video
+        yield EpisodeRows(episode=episode, steps=steps, video=video)
+
+
+# Episodes per group commit of the big lake: what a stream-job sink commits at once under load.
+BIG_LAKE_GROUP = 32
 
 
 def build_big_lake(config: DataConfig, root: Path, episodes: int) -> tuple[Path, Path]:
     """A lake of `episodes` copies of one short episode, and its chdb catalog: (lake, catalog)."""
-    from deltalake import write_deltalake
     from pi_catalog import Catalog
-    from pi_format import TABLE_SCHEMAS, LakeLayout
-    from pi_format.lake import table_writer_properties
+    from pi_format import LakeLayout
+    from pi_format.lake import LakeWriter
 
     lake, catalog = root / f"big{episodes}" / "lake", root / f"big{episodes}" / "catalog"
     marker = root / f"big{episodes}.done.json"
-    built_as = {**asdict(config), "parquet": "lake writer properties"}
+    built_as = {**asdict(config), "layout": f"LakeWriter group commits of {BIG_LAKE_GROUP}"}
     if marker.exists() and json.loads(marker.read_text()) == built_as:
         return lake, catalog
     shutil.rmtree(lake.parent, ignore_errors=True)
     layout = LakeLayout(str(lake))
     template = _featurized(config, _simulation(config, 1, 4.0), 0)
-    per_commit = 250  # a few appends, as a lake that grew by batches of episodes would have
-    for first in range(0, episodes, per_commit):
-        parts = list(_copies(template, min(per_commit, episodes - first), first))
-        for name, k in (("steps", 1), ("video", 2), ("episodes", 0)):
-            rows = pa.concat_tables([p[k] for p in parts]).cast(TABLE_SCHEMAS[name])
-            # the lake writer's Parquet settings (row groups of 64 video rows), as the stream
-            # job would have written these episodes
-            write_deltalake(
-                layout.table(name), rows, mode="append", writer_properties=table_writer_properties(name)
-            )
+    # Through the lake's one commit path, so files, row groups and locators are the stream job's.
+    writer = LakeWriter(layout, writer_id="bench-big")
+    for first in range(0, episodes, BIG_LAKE_GROUP):
+        writer.commit_episodes(list(_copies(template, min(BIG_LAKE_GROUP, episodes - first), first)))
     indexed = Catalog(str(catalog)).rebuild_from_lake(layout)
     if indexed != episodes:
         raise RuntimeError(f"catalog indexed {indexed} episodes, expected {episodes}")

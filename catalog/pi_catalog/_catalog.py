@@ -42,7 +42,9 @@ class Catalog:
     """The episode index in ClickHouse: embedded chdb at a path, or a server at an http(s) URL.
 
     Every method opens a client, works and closes it; on chdb it does so under an exclusive
-    file lock (`<path>.lock`), so several processes can share one catalog path in turns.
+    file lock (`<path>.lock`), so several processes can share one catalog path in turns. Opening
+    costs ~100-250 ms here (the client's handshake), whatever the catalog's size: a caller that
+    runs many queries holds one client with `with catalog.held(): ...` (and the lock with it).
     Credentials of a server come from PILAKE_CLICKHOUSE_USER / PILAKE_CLICKHOUSE_PASSWORD.
 
     Args:
@@ -65,6 +67,7 @@ class Catalog:
         self._target = parse_location(location)
         self.location = location if isinstance(self._target, ServerLocation) else self._target
         self.lock_timeout_s = float(lock_timeout_s)
+        self._held: Any = None
 
     def __repr__(self) -> str:
         return f"Catalog({self.location!r})"
@@ -82,7 +85,34 @@ class Catalog:
     # -- sessions -------------------------------------------------------------------------
 
     @contextlib.contextmanager
+    def held(self) -> Iterator[Catalog]:
+        """Keep one client (and, on chdb, the lock) open for every call inside the block.
+
+        Example:
+            >>> with catalog.held():
+            ...     for t in tasks:
+            ...         catalog.query_arrow("SELECT count() FROM episodes WHERE task = {t:String}", {"t": t})
+        """
+        if self._held is not None:
+            yield self
+            return
+        with self._open() as client:
+            self._held = client
+            try:
+                yield self
+            finally:
+                self._held = None
+
+    @contextlib.contextmanager
     def _session(self) -> Iterator[Any]:
+        if self._held is not None:
+            yield self._held
+            return
+        with self._open() as client:
+            yield client
+
+    @contextlib.contextmanager
+    def _open(self) -> Iterator[Any]:
         with exclusive_lock(self.lock_path, self.lock_timeout_s):
             client = connect(self._target, self.location)
             try:

@@ -11,6 +11,7 @@ Example:
     >>> for batch in loader: ...          # dicts of numpy arrays; loader.get_state() resumes
 """
 
+from pi_loader._agreement import HostsDisagreeError, agree, broadcast_snapshot
 from pi_loader._cache import CacheConfig, StorageError
 from pi_loader._contact_sheet import contact_sheet
 from pi_loader._dataset import Dataset
@@ -35,6 +36,7 @@ __all__ = [
     "CacheConfig",
     "Dataset",
     "HorizonTooLongError",
+    "HostsDisagreeError",
     "Loader",
     "LoaderStateError",
     "LoaderStats",
@@ -49,7 +51,9 @@ __all__ = [
     "StorageError",
     "UnknownCameraError",
     "WorkerError",
+    "agree",
     "block_order",
+    "broadcast_snapshot",
     "collate",
     "contact_sheet",
     "sample_order",

@@ -2,14 +2,17 @@
 
 Last stage of the data flow, in three steps: `_selection` turns SQL over the catalog, ids or a
 snapshot into the committed episodes rows and records the Delta version of every table it reads
-(`dataset.snapshot`), so the same selection reads the same data later (decision 6); per-step
-arrays are read once at open from the Delta `steps` table (only the files that hold the
-selected episodes) and numbered by `_sample_index`; `_gather` cuts samples and batches out of
-them and out of the frames, which `_video` reads lazily from `video`.
+(`dataset.snapshot`), so the same selection reads the same data later (decision 6); samples
+are numbered from the rows' step counts (`_sample_index`), and the rows' locators say where each
+episode's steps and video are (`_locators`). Opening reads nothing else. `_gather` cuts samples
+and batches out of one episode's steps (`_steps`: one row group, cached) and the frames (`_video`:
+one row group per chunk, cached) whoever builds the batch reads on demand; every cache is bounded
+by configuration, so a process holds what its settings allow, whatever the size of the lake.
 """
 
 from __future__ import annotations
 
+import bisect
 import operator
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
@@ -18,9 +21,11 @@ import numpy as np
 from pi_format import LakeLayout
 
 from pi_loader._cache import CacheConfig
-from pi_loader._gather import ImageAllocator, SampleGather, camera_frame_index
-from pi_loader._lake import EpisodeData, Stats, make_storage, pooled_stats, read_steps
-from pi_loader._order import check_seed, sample_order
+from pi_loader._gather import ImageAllocator, SampleGather
+from pi_loader._lake import EpisodeData, Stats, make_storage, pooled_stats
+from pi_loader._locators import EpisodeLocators
+from pi_loader._order import SharedEpoch, check_seed, sample_order
+from pi_loader._row_groups import DEFAULT_FOOTER_CACHE_BYTES, RowGroupReader
 from pi_loader._sample_index import SampleIndex
 from pi_loader._selection import (
     check_spec_fits,
@@ -31,20 +36,26 @@ from pi_loader._selection import (
 )
 from pi_loader._snapshot import Snapshot
 from pi_loader._spec import SampleSpec, spec_from_arguments
+from pi_loader._steps import StepsReader
 from pi_loader._video import VideoFrames
 
 # Decoded chunks kept per process: a chunk of 10 frames at 224x224 yuv420p is ~0.75 MB, so 64
 # chunks bound a worker's decoded video at ~48 MB while block-shuffled neighbours still hit.
 DEFAULT_CHUNK_CACHE = 64
-# Episodes whose video rows (encoded bytes, ~0.5-2 MB each) are kept per process.
+# Episodes whose per-step arrays are kept per process (also bounded in bytes, below).
 DEFAULT_EPISODE_CACHE = 32
+# Bytes of per-step arrays kept per process: 3,000 steps x (14 + 14 + 3) x 4 B = 372 kB an
+# episode, so 64 MB holds ~170 such episodes; short episodes hit the count bound first.
+DEFAULT_STEPS_CACHE_BYTES = 64 * 2**20
 
 
 class Dataset:
     """Samples of (episode, step) from the lake; map-style in a seeded shuffled order.
 
-    Picklable and thread-safe: it holds ids, per-step arrays and the pinned file lists; file
-    handles and caches are rebuilt lazily in each process (e.g. each loader worker). Use
+    Picklable and thread-safe: it holds per-episode arrays only (ids, step counts, locators of
+    the steps and video rows), never per-step ones; steps and frames are read on demand by the
+    process that builds a sample, through caches bounded by the arguments below and rebuilt in
+    each process (e.g. each loader worker). Use
     `pi_loader.Loader` for sharded, resumable, multi-process batches; `dataset[i]` is the i-th
     sample of this epoch's global (unsharded) order.
 
@@ -66,7 +77,11 @@ class Dataset:
         storage_options: deltalake/object-store options for an s3:// lake.
         cache: a pi_loader.CacheConfig: local disk cache for remote lake files.
         chunk_cache_size: decoded video chunks kept per process (bounds memory).
-        episode_cache_size: episodes whose encoded video rows are kept per process.
+        episode_cache_size: episodes whose per-step arrays (proprio, actions, frame indices)
+            are kept per process.
+        steps_cache_bytes: bytes of per-step arrays kept per process (with episode_cache_size).
+        footer_cache_bytes: memory of parsed Parquet footers kept per process (a video file's
+            footer grows with its chunks: ~1 MB parsed per 100 chunks).
 
     Raises:
         ValueError/TypeError: bad arguments.
@@ -103,14 +118,19 @@ class Dataset:
         cache: CacheConfig | None = None,
         chunk_cache_size: int = DEFAULT_CHUNK_CACHE,
         episode_cache_size: int = DEFAULT_EPISODE_CACHE,
+        steps_cache_bytes: int = DEFAULT_STEPS_CACHE_BYTES,
+        footer_cache_bytes: int = DEFAULT_FOOTER_CACHE_BYTES,
     ) -> None:
         self._layout = lake if isinstance(lake, LakeLayout) else LakeLayout(str(lake))
         self._seed = check_seed("seed", seed)
         self._epoch = check_seed("epoch", epoch)
+        self._shared_epoch = SharedEpoch(self._epoch)  # set_epoch reaches pickled copies (workers)
         spec = spec_from_arguments(spec, cameras, action_horizon)
         for name, size in (
             ("chunk_cache_size", chunk_cache_size),
             ("episode_cache_size", episode_cache_size),
+            ("steps_cache_bytes", steps_cache_bytes),
+            ("footer_cache_bytes", footer_cache_bytes),
         ):
             if isinstance(size, bool) or not isinstance(size, int) or size < 1:
                 raise ValueError(f"{name} must be an int >= 1, got {size!r}")
@@ -126,16 +146,19 @@ class Dataset:
             self._layout, self._storage, ids=ids, pinned=pinned, sql=sql, storage_options=storage_options
         )
         self._snapshot = selection.snapshot
-        steps = read_steps(selection.files["steps"], self._storage, selection.rows)
-        self._index = SampleIndex.from_lengths(steps.lengths)
+        lengths = selection.lengths
+        self._index = SampleIndex.from_lengths(lengths)
         self._stats = {
             "observation.state": pooled_stats(selection.rows, "proprio"),
             "action": pooled_stats(selection.rows, "action"),
         }
 
         self._spec = spec.with_cameras(choose_cameras(selection.episode_cameras, spec.cameras))
-        check_spec_fits(self._spec, self.episode_ids, steps.lengths, selection.video_sizes)
-        self._video_files = selection.files["video"]
+        check_spec_fits(self._spec, self.episode_ids, lengths, selection.video_sizes)
+        locators = EpisodeLocators.from_rows(selection.rows, self._layout, self.cameras)
+        # One reader (and footer cache) for steps and video: pickling keeps them one object.
+        reader = self._reader = RowGroupReader(self._storage, footer_cache_bytes=footer_cache_bytes)
+        versions = self._snapshot.table_versions
         self._gather = SampleGather(
             spec=self._spec,
             index=self._index,
@@ -143,17 +166,27 @@ class Dataset:
             attempt_ids=self._snapshot.attempt_ids,
             episode_cameras=selection.episode_cameras,
             video_sizes=selection.video_sizes,
-            proprio=steps.proprio,
-            action=steps.action,
-            frame_index=camera_frame_index(steps.frame_index, selection.episode_cameras, self.cameras),
+            locators=locators,
             stats=self._stats,
+            steps=StepsReader(
+                reader,
+                locators,
+                episode_ids=self.episode_ids,
+                attempt_ids=self._snapshot.attempt_ids,
+                lengths=lengths,
+                camera_counts=np.array([len(c) for c in selection.episode_cameras], np.int32),
+                version=versions["steps"],
+                max_episodes=episode_cache_size,
+                max_bytes=steps_cache_bytes,
+            ),
             video=VideoFrames(
-                self._video_files,
-                self._storage,
-                self.cameras,
-                self._video_files.files_by_episode(self.episode_ids),
+                reader,
+                locators,
+                episode_ids=self.episode_ids,
+                attempt_ids=self._snapshot.attempt_ids,
+                cameras=self.cameras,
+                version=versions["video"],
                 chunk_cache_size=chunk_cache_size,
-                episode_cache_size=episode_cache_size,
             ),
         )
         self._order: np.ndarray | None = None
@@ -195,6 +228,7 @@ class Dataset:
 
     @property
     def epoch(self) -> int:
+        self._follow_epoch()
         return self._epoch
 
     @property
@@ -221,11 +255,84 @@ class Dataset:
         return dict(self._stats)
 
     def set_epoch(self, epoch: int) -> None:
-        """Switch to another epoch's order (a different permutation of the same samples)."""
+        """Switch to another epoch's order (a different permutation of the same samples).
+
+        It reaches every copy pickled from this Dataset on this machine, e.g. the persistent
+        workers of a torch DataLoader: they read the new epoch at their next sample.
+
+        Example:
+            >>> dl = torch.utils.data.DataLoader(ds, batch_size=32, num_workers=4, persistent_workers=True)
+            >>> for epoch in range(10):
+            ...     ds.set_epoch(epoch)       # before iterating: the workers' next samples follow it
+            ...     for batch in dl: ...
+        """
         epoch = check_seed("epoch", epoch)
+        self._shared_epoch.set(epoch)
+        self._follow_epoch()
+
+    def _follow_epoch(self) -> None:
+        # The epoch last set by this Dataset or any copy of it (e.g. the main process's).
+        shared = self.__dict__.get("_shared_epoch")
+        epoch = self._epoch if shared is None else shared.get()
         if epoch != self._epoch:
             self._epoch = epoch
             self._order = None
+
+    # -- hosts that agree (pi_loader._agreement) -------------------------------------------
+
+    @property
+    def fingerprint(self) -> str:
+        """16 hex digits naming what this dataset yields in which order: sha256 over the
+        snapshot's table versions and (episode, attempt) pairs, the resolved sample spec and the
+        seed (not the epoch, not the lake's path). Hosts of one run must have equal ones.
+
+        Example:
+            >>> a, b = Dataset(lake, snapshot=snap, seed=0), Dataset(other_mount, snapshot=snap, seed=0)
+            >>> a.fingerprint == b.fingerprint
+            True
+        """
+        from pi_loader._agreement import dataset_fingerprint
+
+        return dataset_fingerprint(self._snapshot, self._spec, self._seed)
+
+    def check_agreement(self, *, backend: str = "auto", group: Any = None) -> str:
+        """Check that every host of the run opened this same dataset (see `pi_loader.agree`):
+        returns the fingerprint, or raises `HostsDisagreeError` on every host. A collective:
+        call it on every host (torch.distributed, or JAX with several processes).
+
+        Example:
+            >>> ds = Dataset("/data/lake", snapshot="pick-v3", catalog="/data/catalog", seed=0)
+            >>> ds.check_agreement()
+        """
+        from pi_loader._agreement import agree
+
+        return agree(self, backend=backend, group=group)
+
+    @classmethod
+    def shared(
+        cls,
+        lake: str | LakeLayout,
+        *,
+        backend: str = "auto",
+        group: Any = None,
+        check: bool = True,
+        **arguments: Any,
+    ) -> Dataset:
+        """Open one selection on every host of a run: rank 0 opens `Dataset(lake, **arguments)`
+        (e.g. with `sql=`) and sends its snapshot to the others, which open exactly that
+        snapshot (the rest of `arguments` as given), so a commit landing meanwhile changes
+        nothing. Then, with `check`, every host checks the fingerprints (`check_agreement`).
+        A collective (torch.distributed or multi-process JAX; one process: a plain open). An
+        error opening on any host is raised on every host.
+
+        Example:
+            >>> torch.distributed.init_process_group("gloo")
+            >>> ds = Dataset.shared("/data/lake", sql="SELECT episode_id FROM episodes WHERE success",
+            ...                     catalog="/data/catalog", spec=spec, seed=0)
+        """
+        from pi_loader._agreement import open_shared
+
+        return open_shared(cls, lake, backend=backend, group=group, check=check, **arguments)
 
     # -- access ----------------------------------------------------------------------------
 
@@ -241,6 +348,7 @@ class Dataset:
         )
 
     def _permutation(self) -> np.ndarray:
+        self._follow_epoch()
         if self._order is None:
             self._order = sample_order(len(self), seed=self._seed, epoch=self._epoch)
         return self._order
@@ -333,17 +441,39 @@ class Dataset:
         self.__dict__.update(state)
 
     @property
-    def video_stats(self) -> dict[str, int]:
-        """Counters of this process: filtered video-table reads and chunk decodes."""
-        video = self._gather.video
-        return {"video_reads": video.video_reads, "chunk_decodes": video.chunk_decodes}
+    def read_stats(self) -> dict[str, int]:
+        """What this process has read to build samples so far (counters since it was made or
+        unpickled): "steps_reads" (steps row groups: one per episode missed in the steps cache),
+        "video_reads" (video row groups: one per chunk missed in the chunk cache), "chunk_decodes",
+        "footer_reads" (Parquet footers parsed) and "bytes_read" (footer bytes plus the compressed
+        column chunks read). A `Loader` sums these over its workers: `Loader.stats()`, whose
+        `bytes_read_per_sample` is the figure to report.
+
+        Example:
+            >>> ds.samples([0, 1, 2]); ds.read_stats["video_reads"]   # <= 3 x cameras
+        """
+        video, steps, reader = self._gather.video, self._gather.steps, self._reader
+        return {
+            "steps_reads": steps.steps_reads,
+            "video_reads": video.video_reads,
+            "chunk_decodes": video.chunk_decodes,
+            "footer_reads": reader.footer_reads,
+            "bytes_read": reader.bytes_read,
+        }
+
+    # The name of the same counters before steps were read on demand.
+    video_stats = read_stats
 
     def episode(self, episode_id: str) -> EpisodeData:
-        """The in-memory arrays of one selected episode."""
-        try:
-            e = self.episode_ids.index(episode_id)
-        except ValueError:
+        """The per-step arrays of one selected episode, read on demand (one steps row group).
+
+        Example:
+            >>> ds.episode("r1-000001").action.shape   # (T, A)
+        """
+        ids = self.episode_ids
+        e = bisect.bisect_left(ids, episode_id)  # episode_ids are sorted
+        if e == len(ids) or ids[e] != episode_id:
             raise KeyError(
                 f"episode {episode_id!r} is not in this dataset; it has {len(self.episode_ids)} episodes"
-            ) from None
+            )
         return self._gather.episode(e)

@@ -1,8 +1,9 @@
-"""Gather: cut samples and batches out of a selection's per-step arrays and its decoded video.
+"""Gather: cut samples and batches out of the selected episodes' steps and decoded video.
 
-Last step of reading a `Dataset`: given flat sample numbers (see `_sample_index`), it takes the
-proprio and the action chunk with one gather each, writes every frame once into its place in the
-batch (cropped, resized), and normalizes with the selection's pooled statistics.
+Last step of reading a `Dataset`: given flat sample numbers (see `_sample_index`), it reads the
+steps of each episode the batch touches once (`_steps`, cached per process), takes proprio and
+the action chunk out of them, writes every frame once into its place in the batch (cropped,
+resized), and normalizes with the selection's pooled statistics.
 """
 
 from __future__ import annotations
@@ -13,8 +14,10 @@ import numpy as np
 
 from pi_loader._errors import PiLoaderError
 from pi_loader._lake import EpisodeData, Stats
+from pi_loader._locators import EpisodeLocators
 from pi_loader._sample_index import SampleIndex
 from pi_loader._spec import SampleSpec
+from pi_loader._steps import EpisodeSteps, StepsReader
 from pi_loader._video import VideoFrames
 
 IMAGE_KEY_PREFIX = "observation.images."
@@ -24,34 +27,18 @@ _STD_FLOOR = 1e-6  # a constant dimension (std 0) normalizes to 0 instead of div
 ImageAllocator = Callable[[str, tuple[int, ...]], np.ndarray]
 
 
-def camera_frame_index(
-    frame_index: Sequence[np.ndarray],
-    episode_cameras: Sequence[Sequence[str]],
-    cameras: Sequence[str],
-) -> np.ndarray:
-    """Frame index of every step for each of `cameras`, in that order: int32 [steps, cameras].
-
-    `frame_index[e]` is episode e's [T, cameras of that episode] array, in its own camera order.
-    """
-    per_episode = []
-    for e, fi in enumerate(frame_index):
-        columns = [episode_cameras[e].index(c) for c in cameras]
-        per_episode.append(fi[:, columns] if columns else np.zeros((fi.shape[0], 0), np.int32))
-    return np.ascontiguousarray(np.concatenate(per_episode).astype(np.int32, copy=False))
-
-
 class SampleGather:
-    """Builds batches of flat sample numbers out of the selection's arrays; thread-safe, and
-    picklable (VideoFrames drops its caches).
+    """Builds batches of flat sample numbers, reading what they need on demand; thread-safe,
+    and picklable (the readers drop their caches): it holds per-episode arrays only.
 
     Args:
         spec: the sample spec with `cameras` resolved.
         index: flat sample number -> (episode, step).
         episode_ids, attempt_ids, episode_cameras, video_sizes: per episode, in index order;
             the cameras each episode recorded, and its video's (height, width).
-        proprio, action: per-step float32 arrays, rows in flat sample order.
-        frame_index: int32 [steps, cameras of the spec] (see `camera_frame_index`).
+        locators: where each episode's steps and video rows are.
         stats: statistics of "observation.state" and "action" that normalization uses.
+        steps: reads (and caches) an episode's per-step arrays.
         video: the frames of the selection's video.
 
     Example:
@@ -67,10 +54,9 @@ class SampleGather:
         attempt_ids: tuple[str, ...],
         episode_cameras: tuple[tuple[str, ...], ...],
         video_sizes: tuple[tuple[int, int], ...],
-        proprio: np.ndarray,
-        action: np.ndarray,
-        frame_index: np.ndarray,
+        locators: EpisodeLocators,
         stats: Mapping[str, Stats],
+        steps: StepsReader,
         video: VideoFrames,
     ) -> None:
         self._spec = spec
@@ -80,21 +66,27 @@ class SampleGather:
         self._attempt_ids = attempt_ids
         self._episode_cameras = episode_cameras
         self._sizes = video_sizes
-        self._proprio = proprio
-        self._action = action
-        self._frame_index = frame_index
+        self._locators = locators
         self._stats = stats
+        self._steps = steps
         self._video = video
 
     @property
     def video(self) -> VideoFrames:
         return self._video
 
+    @property
+    def steps(self) -> StepsReader:
+        return self._steps
+
     def batch(self, flat: np.ndarray, *, allocate: ImageAllocator | None) -> dict[str, np.ndarray]:
         """The batch of flat samples `flat` (int64, in range), as `Dataset.samples` returns it."""
         episodes, steps = self._index.locate_many(flat)
-        base = self._index.offsets[episodes]
         spec = self._spec
+        # Each episode's steps once per batch, held here for the whole batch, so a steps cache
+        # smaller than the batch's episodes never reads an episode twice.
+        touched = {int(e): self._steps.episode(int(e)) for e in np.unique(episodes)}
+        groups = _groups(episodes)
         batch: dict[str, np.ndarray] = {
             "episode_id": np.array([self._episode_ids[e] for e in episodes], dtype=np.str_),
             "step": steps.astype(np.int32),  # int32: what JAX keeps without x64
@@ -102,49 +94,60 @@ class SampleGather:
         if self._cameras:
             k, stride = spec.frame_history, spec.frame_stride
             wanted_steps = steps[:, None] - stride * np.arange(k, -1, -1)[None, :]  # [B, k+1]
-            frames = self._frame_index[base[:, None] + np.maximum(wanted_steps, 0)]  # [B, k+1, C]
+            frames = np.empty((len(flat), k + 1, len(self._cameras)), np.int64)  # [B, k+1, C]
+            for e, rows in groups:
+                columns = self._locators.camera_column[e]
+                frames[rows] = touched[e].frame_index[np.maximum(wanted_steps[rows], 0)][:, :, columns]
             batch.update(self._images(episodes, frames, k > 0, allocate))
             if k:
                 batch[HISTORY_PAD_KEY] = wanted_steps < 0
-        batch["observation.state"] = self._normalized("observation.state", self._proprio[flat])
-        wanted = steps[:, None] + np.arange(spec.action_horizon)[None, :]  # [B, H]
+        horizon = np.arange(spec.action_horizon)
+        first = touched[int(episodes[0])]
+        state = np.empty((len(flat), first.proprio.shape[1]), np.float32)
+        action = np.empty((len(flat), spec.action_horizon, first.action.shape[1]), np.float32)
+        for e, rows in groups:
+            arrays = _same_widths(touched[e], first, self._episode_ids[e])
+            state[rows] = arrays.proprio[steps[rows]]
+            last = arrays.action.shape[0] - 1
+            action[rows] = arrays.action[np.minimum(steps[rows, None] + horizon[None, :], last)]
+        batch["observation.state"] = self._normalized("observation.state", state)
+        batch["action"] = self._normalized("action", action)
         lengths = self._index.lengths[episodes][:, None]
-        batch["action"] = self._normalized(
-            "action", self._action[base[:, None] + np.minimum(wanted, lengths - 1)]
-        )
-        batch["action_is_pad"] = wanted >= lengths
+        batch["action_is_pad"] = steps[:, None] + horizon[None, :] >= lengths
         return batch
 
     def _images(
         self, episodes: np.ndarray, frames: np.ndarray, history: bool, allocate: ImageAllocator | None
     ) -> dict[str, np.ndarray]:
-        """Per camera, [B, H, W, 3] (or [B, k+1, H, W, 3] with history) frames.
+        """Per camera, [B, H, W, 3] (or [B, k+1, H, W, 3] with frame history) frames.
 
-        Samples are visited grouped by episode with every camera at once, so an episode's video
-        rows are read at most once per batch even when the episode cache is smaller than the
-        batch's episodes (a shuffled batch over a large dataset touches ~B episodes).
+        Frames are visited sorted by (episode, camera, frame): all the batch's frames of one
+        chunk are taken in a row, so each chunk is read and decoded at most once per batch even
+        with a chunk cache of one, a decoder only ever moves forward, and each episode's video
+        file is visited once (its footer is not re-parsed per camera when the footer cache is
+        smaller than the batch's files).
         """
-        outs: list[np.ndarray | None] = [None] * len(self._cameras)
-        for b in np.argsort(episodes, kind="stable"):
-            e = int(episodes[b])
-            for c, camera in enumerate(self._cameras):
-                for j, frame_index in enumerate(frames[b, :, c]):
-                    image = self._image(e, camera, int(frame_index))
-                    out = outs[c]
-                    if out is None:
-                        shape = (len(episodes), *((frames.shape[1],) if history else ()), *image.shape)
-                        key = IMAGE_KEY_PREFIX + camera
-                        out = outs[c] = (
-                            np.empty(shape, np.uint8) if allocate is None else allocate(key, shape)
-                        )
-                    if image.shape != out.shape[-3:]:
-                        raise PiLoaderError(
-                            f"camera {camera!r}: episode {self._episode_ids[e]} has {image.shape[1]}x"
-                            f"{image.shape[0]} frames, others in the batch {out.shape[-2]}x"
-                            f"{out.shape[-3]} (width x height); set SampleSpec(resize=(height, width)) "
-                            "to batch them"
-                        )
-                    out[(b, j) if history else b] = image
+        count, slots, cameras = frames.shape
+        b_of, j_of, c_of = (a.reshape(-1) for a in np.indices(frames.shape))
+        wanted = frames.reshape(-1)
+        outs: list[np.ndarray | None] = [None] * cameras
+        for i in np.lexsort((wanted, c_of, episodes[b_of])):
+            b, j, c = int(b_of[i]), int(j_of[i]), int(c_of[i])
+            e, camera = int(episodes[b]), self._cameras[c]
+            image = self._image(e, c, int(wanted[i]))
+            out = outs[c]
+            if out is None:
+                shape = (count, *((slots,) if history else ()), *image.shape)
+                key = IMAGE_KEY_PREFIX + camera
+                out = outs[c] = np.empty(shape, np.uint8) if allocate is None else allocate(key, shape)
+            if image.shape != out.shape[-3:]:
+                raise PiLoaderError(
+                    f"camera {camera!r}: episode {self._episode_ids[e]} has {image.shape[1]}x"
+                    f"{image.shape[0]} frames, others in the batch {out.shape[-2]}x"
+                    f"{out.shape[-3]} (width x height); set SampleSpec(resize=(height, width)) "
+                    "to batch them"
+                )
+            out[(b, j) if history else b] = image
         images: dict[str, np.ndarray] = {}
         for camera, out in zip(self._cameras, outs, strict=True):
             assert out is not None
@@ -164,21 +167,21 @@ class SampleGather:
         return {IMAGE_KEY_PREFIX + c: (*history, height, width, 3) for c in self._cameras}
 
     def episode(self, e: int) -> EpisodeData:
-        """The arrays of episode number `e` (see `Dataset.episode`)."""
-        rows = self._index.episode_rows(e)
+        """The arrays of episode number `e` (see `Dataset.episode`), read through the steps cache."""
+        steps = self._steps.episode(e)
         return EpisodeData(
             episode_id=self._episode_ids[e],
             attempt_id=self._attempt_ids[e],
             cameras=self._episode_cameras[e],
-            proprio=self._proprio[rows],
-            action=self._action[rows],
-            camera_frame_index=self._frame_index[rows],
+            proprio=steps.proprio.copy(),
+            action=steps.action.copy(),
+            camera_frame_index=steps.frame_index.copy(),
             video_width=int(self._sizes[e][1]),
             video_height=int(self._sizes[e][0]),
         )
 
-    def _image(self, e: int, camera: str, frame_index: int) -> np.ndarray:
-        rgb = self._video.frame(self._episode_ids[e], self._attempt_ids[e], camera, frame_index)
+    def _image(self, e: int, camera: int, frame_index: int) -> np.ndarray:
+        rgb = self._video.frame(e, camera, frame_index)
         spec = self._spec
         if spec.crop is not None:
             top, left, h, w = spec.crop
@@ -190,7 +193,7 @@ class SampleGather:
     def _normalized(self, key: str, values: np.ndarray) -> np.ndarray:
         mode = self._spec.normalize
         if mode is None:
-            return values.copy()
+            return values  # the batch's own fresh array
         stats = self._stats[key]
         if mode == "mean_std":
             out = (values - stats.mean) / np.maximum(stats.std, _STD_FLOOR)
@@ -198,6 +201,24 @@ class SampleGather:
             span = stats.max - stats.min
             out = np.where(span > 0, 2.0 * (values - stats.min) / np.where(span > 0, span, 1.0) - 1.0, 0.0)
         return out.astype(np.float32)
+
+
+def _groups(episodes: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(episode, positions in the batch of its samples) for each episode of a batch."""
+    order = np.argsort(episodes, kind="stable")
+    uniq, starts = np.unique(episodes[order], return_index=True)
+    bounds = [*starts.tolist(), len(order)]
+    return [(int(e), order[bounds[i] : bounds[i + 1]]) for i, e in enumerate(uniq)]
+
+
+def _same_widths(steps: EpisodeSteps, first: EpisodeSteps, episode_id: str) -> EpisodeSteps:
+    if steps.proprio.shape[1] != first.proprio.shape[1] or steps.action.shape[1] != first.action.shape[1]:
+        raise PiLoaderError(
+            f"episode {episode_id} has proprio/action of {steps.proprio.shape[1]}/{steps.action.shape[1]} "
+            f"dimensions, others in the batch {first.proprio.shape[1]}/{first.action.shape[1]}; select "
+            "episodes of one robot type"
+        )
+    return steps
 
 
 def _resize(rgb: np.ndarray, size: tuple[int, int]) -> np.ndarray:

@@ -1,13 +1,14 @@
 """Reading the visible part of the lake at pinned Delta versions.
 
 Visibility (architecture decision 3) is `pi_format.lake.visibility`'s rule, applied here to the
-rows pi_loader reads through its own storage (`latest_commits`, `visible_rows`).
+rows pi_loader reads through its own storage (`latest_commits`).
 
 deltalake runs here, in the main process only (its tokio runtime panics in forked workers): it
-resolves each table at its pinned version into a list of data-file URIs with per-file episode_id
-ranges from the Delta log. From then on every file is opened by pyarrow through
-`Storage.local_path` (the file itself for a local lake, a cached copy for s3://), so workers never
-touch deltalake and files of other episodes are never opened.
+resolves the episodes table at its pinned version into a list of data-file URIs with per-file
+episode_id ranges from the Delta log, and pins the versions of `steps` and `video` without
+listing their files. The selected episodes rows (the commit markers) carry the locators of their
+steps and video rows (SPEC.md §7.2), so nothing else is read at open: every later read is one
+row group of a named file, opened by pyarrow through `Storage.local_path` (`_row_groups`).
 """
 
 from __future__ import annotations
@@ -22,7 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pi_format import LakeLayout
-from pi_format.lake import latest_commits, visible_rows
+from pi_format.lake import latest_commits
 
 from pi_loader._cache import CacheConfig
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
@@ -49,22 +50,7 @@ class TableFiles:
     uris: tuple[str, ...]
     min_episode: tuple[str | None, ...]  # None: no statistics, the file may hold any episode
     max_episode: tuple[str | None, ...]
-
-    def files_by_episode(self, episode_ids: Sequence[str]) -> dict[str, tuple[int, ...]]:
-        """For each of `episode_ids`, the indices of the files that may hold its rows (one pass
-        over the files; the stream job writes one file per episode and table)."""
-        ids = sorted(episode_ids)
-        wanted = np.array(ids, dtype=object)
-        out: dict[str, list[int]] = {e: [] for e in ids}
-        for i, (lo, hi) in enumerate(zip(self.min_episode, self.max_episode, strict=True)):
-            if lo is None or hi is None:
-                first, last = 0, len(ids)
-            else:
-                first = int(np.searchsorted(wanted, lo, side="left"))
-                last = int(np.searchsorted(wanted, hi, side="right"))
-            for e in ids[first:last]:
-                out[e].append(i)
-        return {e: tuple(v) for e, v in out.items()}
+    schema: pa.Schema | None = None  # the table's schema at this version (files may predate it)
 
     def files_for(self, episode_ids: Sequence[str]) -> list[int]:
         """Indices of the files that may hold rows of any of `episode_ids`."""
@@ -111,7 +97,9 @@ def open_table(
         ) from err
 
 
-def _file_uri(table_uri: str, path: str) -> str:
+def file_uri(table_uri: str, path: str) -> str:
+    """The URI of a data file named as in a Delta add action (relative to the table root, URL-
+    quoted) or already absolute."""
     if "://" in path or path.startswith("/"):
         return path
     from urllib.parse import unquote
@@ -119,18 +107,32 @@ def _file_uri(table_uri: str, path: str) -> str:
     return f"{table_uri.rstrip('/')}/{unquote(path)}"
 
 
+def _check_unpartitioned(name: str, table: Any) -> None:
+    if table.metadata().partition_columns:
+        raise NotImplementedError(
+            f"the {name} table is partitioned by {table.metadata().partition_columns}; pi_loader reads "
+            "unpartitioned tables (as the lake writer makes them)"
+        )
+
+
 def resolve_tables(
     layout: LakeLayout, versions: Mapping[str, int] | None, storage_options: Mapping[str, str] | None
-) -> dict[str, TableFiles]:
-    """Every table of READ_TABLES at its pinned version (the current one when `versions` is None)."""
-    out: dict[str, TableFiles] = {}
+) -> tuple[TableFiles, dict[str, int]]:
+    """The episodes table's files at its pinned version, and the version of every table of
+    READ_TABLES (the current ones when `versions` is None).
+
+    Only the episodes table's files are listed: steps and video are reached through the
+    locators of the episodes rows, so their versions are pinned (for the snapshot) and their
+    file lists, which grow with the lake, are never turned into Python objects.
+    """
+    pinned: dict[str, int] = {}
+    episodes: TableFiles | None = None
     for name in READ_TABLES:
         table = open_table(layout, name, None if versions is None else versions[name], storage_options)
-        if table.metadata().partition_columns:
-            raise NotImplementedError(
-                f"the {name} table is partitioned by {table.metadata().partition_columns}; pi_loader reads "
-                "unpartitioned tables (as the lake writer makes them)"
-            )
+        _check_unpartitioned(name, table)
+        pinned[name] = int(table.version())
+        if name != "episodes":
+            continue
         actions = pa.table(table.get_add_actions(flatten=True))
         paths = actions.column("path").to_pylist()
         names = actions.column_names
@@ -142,14 +144,17 @@ def resolve_tables(
         )
         order = sorted(range(len(paths)), key=lambda i: paths[i])  # stable across runs
         uri = layout.table(name)
-        out[name] = TableFiles(
+        episodes = TableFiles(
             name=name,
-            version=int(table.version()),
-            uris=tuple(_file_uri(uri, paths[i]) for i in order),
+            version=pinned[name],
+            uris=tuple(file_uri(uri, paths[i]) for i in order),
             min_episode=tuple(lo[i] for i in order),
             max_episode=tuple(hi[i] for i in order),
+            # files written before a column was added lack it: read them with the table's schema
+            schema=pa.schema(table.schema().to_arrow()),
         )
-    return out
+    assert episodes is not None  # READ_TABLES holds "episodes"
+    return episodes, pinned
 
 
 def _read(
@@ -165,58 +170,73 @@ def _read(
         try:
             paths.append(storage.local_path(files.uris[i]))
         except FileNotFoundError as err:  # other StorageErrors (endpoint down, file > cache) pass through
-            raise SnapshotDataMissingError(_missing(files, files.uris[i], err)) from err
+            raise SnapshotDataMissingError(
+                missing_files_message(files.name, files.version, files.uris[i], err)
+            ) from err
+    schema = files.schema
+    if schema is not None:
+        # a lake older than some column (e.g. the locators) reads it as nulls
+        columns = [c for c in columns if c in schema.names]
     if not paths:
         return pa.table({c: pa.array([], pa.null()) for c in columns}).slice(0, 0)
     missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
     if missing:
-        raise SnapshotDataMissingError(_missing(files, missing[0], None, len(missing)))
+        raise SnapshotDataMissingError(
+            missing_files_message(files.name, files.version, missing[0], None, len(missing))
+        )
     try:
-        table: pa.Table = pads.dataset(paths, format="parquet").to_table(columns=columns, filter=flt)
+        dataset = pads.dataset(paths, format="parquet", schema=schema)
+        table: pa.Table = dataset.to_table(columns=columns, filter=flt)
     except FileNotFoundError as err:
-        raise SnapshotDataMissingError(_missing(files, str(err), err)) from err
+        raise SnapshotDataMissingError(
+            missing_files_message(files.name, files.version, str(err), err)
+        ) from err
     return table
 
 
-def _missing(files: TableFiles, path: str, err: Exception | None, count: int = 1) -> str:
+def missing_files_message(table: str, version: int, path: str, err: Exception | None, count: int = 1) -> str:
+    """The message of a SnapshotDataMissingError for data files of `table` that are gone."""
     return (
-        f"{count} data file(s) of the {files.name} table at version {files.version} are gone, e.g. {path}"
+        f"{count} data file(s) of the {table} table at version {version} are gone, e.g. {path}"
         + (f" ({err})" if err else "")
         + "; they were probably vacuumed. Open the dataset at the current versions (no snapshot), or "
         "keep vacuum from removing files that live snapshots need"
     )
 
 
+# Columns of the episodes rows a Dataset reads: identity, shape, statistics and the locators.
+LOCATOR_COLUMNS = ("steps_file", "steps_row_group", "video_file", "video_row_groups")
+EPISODE_COLUMNS = (
+    "episode_id",
+    "attempt_id",
+    "cameras",
+    "step_count",
+    "proprio_dim",
+    "action_dim",
+    "video_width",
+    "video_height",
+    "video_chunk_frames",
+    "committed_at_ns",
+    *(f"{kind}_{stat}" for kind in ("proprio", "action") for stat in STAT_FIELDS),
+    *LOCATOR_COLUMNS,
+)
+
+
 def read_committed_episodes(
     files: TableFiles, storage: Storage, episode_ids: Sequence[str] | None
 ) -> pa.Table:
-    """The episodes rows of `episode_ids` (all committed episodes when None), one per id, sorted."""
-    columns = [
-        "episode_id",
-        "attempt_id",
-        "cameras",
-        "step_count",
-        "proprio_dim",
-        "action_dim",
-        "video_width",
-        "video_height",
-        "committed_at_ns",
-    ] + [f"{kind}_{stat}" for kind in ("proprio", "action") for stat in STAT_FIELDS]
+    """The episodes rows of `episode_ids` (all committed episodes when None), one per id, sorted.
+
+    Columns are EPISODE_COLUMNS; locator columns a lake predates come back as nulls.
+    """
     flt = None if episode_ids is None else pads.field("episode_id").isin(list(episode_ids))
-    table = _read(files, storage, episode_ids, columns, flt)
+    table = _read(files, storage, episode_ids, list(EPISODE_COLUMNS), flt)
+    for name in LOCATOR_COLUMNS:
+        if name not in table.column_names:
+            table = table.append_column(name, pa.nulls(table.num_rows))
     if table.num_rows == 0:
         return table
     return latest_commits(table)
-
-
-@dataclass(frozen=True, slots=True)
-class StepArrays:
-    """Per-step arrays of all selected episodes, concatenated in (episode_id, step) order."""
-
-    proprio: np.ndarray  # float32 [N, D]
-    action: np.ndarray  # float32 [N, A]
-    frame_index: list[np.ndarray]  # per episode: int32 [T, cameras of that episode]
-    lengths: np.ndarray  # int64 [episodes]
 
 
 def _flat_matrix(column: pa.ChunkedArray, what: str, dtype: type) -> np.ndarray:
@@ -224,69 +244,12 @@ def _flat_matrix(column: pa.ChunkedArray, what: str, dtype: type) -> np.ndarray:
     rows = len(lengths)
     if rows and (lengths != lengths[0]).any():
         raise PiLoaderError(
-            f"{what} vectors differ in length across the selected steps ({sorted(set(lengths.tolist()))}); "
-            "select episodes of one robot type"
+            f"{what} vectors differ in length across the selected episodes "
+            f"({sorted(set(lengths.tolist()))}); select episodes of one robot type"
         )
     width = int(lengths[0]) if rows else 0
     flat = pc.list_flatten(column).to_numpy(zero_copy_only=False)
     return np.ascontiguousarray(flat.astype(dtype, copy=False).reshape(rows, width))
-
-
-def read_steps(files: TableFiles, storage: Storage, episodes: pa.Table) -> StepArrays:
-    """Steps of the committed attempt of every episode in `episodes` (sorted by episode_id)."""
-    ids = episodes.column("episode_id").to_pylist()
-    attempts = episodes.column("attempt_id").to_pylist()
-    flt = pads.field("episode_id").isin(ids) & pads.field("attempt_id").isin(sorted(set(attempts)))
-    steps = _read(
-        files,
-        storage,
-        ids,
-        ["episode_id", "attempt_id", "step_index", "proprio", "action", "camera_frame_index"],
-        flt,
-    )
-    # isin on each column alone admits (episode A, attempt of B): keep exact pairs only.
-    steps = visible_rows(steps, episodes).sort_by(
-        [("episode_id", "ascending"), ("step_index", "ascending")]
-    )
-    step_ids = steps.column("episode_id").to_numpy(zero_copy_only=False)
-    uniq, counts = np.unique(step_ids, return_counts=True)
-    where = {str(e): int(c) for e, c in zip(uniq, counts, strict=True)}
-    declared = episodes.column("step_count").to_numpy()
-    lengths = np.zeros(len(ids), np.int64)
-    for i, eid in enumerate(ids):
-        count = where.get(eid, 0)
-        if count != declared[i]:
-            raise PiLoaderError(
-                f"episode {eid} (attempt {attempts[i]}) has {count} steps rows, but its episodes row says "
-                f"step_count={declared[i]}; the lake is inconsistent (run GC / re-backfill)"
-            )
-        lengths[i] = count
-    index = steps.column("step_index").to_numpy()
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    expected = np.arange(len(index)) - np.repeat(offsets[:-1], lengths)
-    if not np.array_equal(index, expected):
-        bad = int(np.searchsorted(offsets, int(np.argmax(index != expected)), side="right")) - 1
-        raise PiLoaderError(f"episode {ids[bad]}: step_index is not 0..T-1 without gaps or repeats")
-    cfi_col = steps.column("camera_frame_index")
-    cfi_flat = pc.list_flatten(cfi_col).to_numpy(zero_copy_only=False).astype(np.int32, copy=False)
-    cfi_len = pc.list_value_length(cfi_col).to_numpy(zero_copy_only=False)
-    cfi_off = np.concatenate([[0], np.cumsum(cfi_len)])
-    frame_index = []
-    for i, row_cameras in enumerate(episodes.column("cameras").to_pylist()):
-        lo, hi = int(offsets[i]), int(offsets[i + 1])
-        width = len(row_cameras)
-        if hi > lo and (cfi_len[lo:hi] != width).any():
-            raise PiLoaderError(
-                f"episode {ids[i]}: camera_frame_index entries per step differ from its {width} cameras "
-                f"{row_cameras}"
-            )
-        frame_index.append(cfi_flat[cfi_off[lo] : cfi_off[hi]].reshape(hi - lo, width))
-    return StepArrays(
-        proprio=_flat_matrix(steps.column("proprio"), "proprio", np.float32),
-        action=_flat_matrix(steps.column("action"), "action", np.float32),
-        frame_index=frame_index,
-        lengths=lengths,
-    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -22,7 +22,7 @@ from pi_loader._dataset import Dataset
 from pi_loader._errors import LoaderStateError
 from pi_loader._order import ShardSpec, block_order, check_seed, sample_order, shard_order
 from pi_loader._shared_batches import shared_memory_available
-from pi_loader._workers import WorkerPool, video_counters
+from pi_loader._workers import WorkerPool, counter_deltas, read_counters
 
 STATE_FORMAT = "pi_loader.loader_state/1"
 
@@ -33,6 +33,10 @@ class LoaderStats:
 
     `chunk_decodes / samples` is the locality figure: with a global shuffle nearly every sample
     decodes a fresh chunk per camera; block shuffle lowers it towards 1/block_size.
+    `bytes_read_per_sample` is the I/O figure, summed over the main process and every worker:
+    Parquet footer bytes plus the compressed column chunks of the steps and video row groups
+    read (`Dataset.read_stats`); `video_reads` counts video row groups (one chunk each) and
+    `steps_reads` steps row groups (one episode each).
     `shared_memory_slots` is how many batch-sized shared-memory slots the loader holds now
     (`shared_memory_bytes` in all): about prefetch_batches + 2 when each batch is dropped before
     the next, more while batches are kept.
@@ -44,10 +48,23 @@ class LoaderStats:
     video_reads: int
     shared_memory_slots: int = 0
     shared_memory_bytes: int = 0
+    steps_reads: int = 0
+    footer_reads: int = 0
+    bytes_read: int = 0
 
     @property
     def decoded_chunks_per_sample(self) -> float:
         return self.chunk_decodes / self.samples if self.samples else 0.0
+
+    @property
+    def bytes_read_per_sample(self) -> float:
+        """Bytes read from lake files per sample handed out (footers included).
+
+        Example:
+            >>> list(loader); loader.stats().bytes_read_per_sample
+            48211.7
+        """
+        return self.bytes_read / self.samples if self.samples else 0.0
 
 
 class Loader:
@@ -161,8 +178,7 @@ class Loader:
         self._order_cache: tuple[int, np.ndarray] | None = None
         self._samples = 0
         self._batches = 0
-        self._chunk_decodes = 0
-        self._video_reads = 0
+        self._reads: dict[str, int] = {}  # sums of Dataset.read_stats deltas, all processes
         # shard size is checked now, so a bad shard fails at construction
         self._epoch_order(self._epoch)
 
@@ -262,16 +278,24 @@ class Loader:
     restore = set_state
 
     def stats(self) -> LoaderStats:
-        """What was handed out since construction, and the chunk decodes and video reads it took."""
+        """What was handed out since construction, and what reading it took (all processes)."""
         pool = self._worker_pool.slot_pool
+        reads = self._reads
         return LoaderStats(
             samples=self._samples,
             batches=self._batches,
-            chunk_decodes=self._chunk_decodes,
-            video_reads=self._video_reads,
+            chunk_decodes=reads.get("chunk_decodes", 0),
+            video_reads=reads.get("video_reads", 0),
             shared_memory_slots=0 if pool is None else pool.slot_count,
             shared_memory_bytes=0 if pool is None else pool.slot_count * pool.slot_bytes,
+            steps_reads=reads.get("steps_reads", 0),
+            footer_reads=reads.get("footer_reads", 0),
+            bytes_read=reads.get("bytes_read", 0),
         )
+
+    def _count(self, deltas: dict[str, int]) -> None:
+        for key, value in deltas.items():
+            self._reads[key] = self._reads.get(key, 0) + value
 
     # -- iteration -------------------------------------------------------------------------
 
@@ -300,11 +324,9 @@ class Loader:
         work = self._batches_left()
         if self._num_workers == 0:
             for end, indices in work:
-                before = video_counters(self._dataset)
+                before = read_counters(self._dataset)
                 batch = self._dataset.samples(indices)
-                after = video_counters(self._dataset)
-                self._chunk_decodes += after[0] - before[0]
-                self._video_reads += after[1] - before[1]
+                self._count(counter_deltas(before, read_counters(self._dataset)))
                 self._advance(end, len(indices))
                 yield batch
         else:
@@ -313,9 +335,8 @@ class Loader:
 
     def _iter_workers(self, work: list[tuple[int, np.ndarray]]) -> Iterator[dict[str, np.ndarray]]:
         built = self._worker_pool.batches([indices for _, indices in work])
-        for (end, indices), (batch, (decodes, reads)) in zip(work, built, strict=True):
-            self._chunk_decodes += decodes
-            self._video_reads += reads
+        for (end, indices), (batch, reads) in zip(work, built, strict=True):
+            self._count(reads)
             self._advance(end, len(indices))
             yield batch
 

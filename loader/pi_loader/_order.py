@@ -6,8 +6,18 @@ the clock, so any host computes the same order for the same arguments.
 
 from __future__ import annotations
 
+import contextlib
+import mmap
+import os
+import secrets
+import stat
+import struct
 import sys
+import tempfile
+import threading
+import weakref
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -162,3 +172,131 @@ def check_seed(name: str, value: object) -> int:
     if value < 0:
         raise ValueError(f"{name} must be >= 0, got {value}")
     return int(value)
+
+
+# SharedEpoch's cell: 8 random bytes that identify it, then the epoch as a little-endian int64.
+_CELL = struct.Struct("<8sq")
+
+
+class SharedEpoch:
+    """An epoch number that every copy of it reads: the object, and every pickled copy of it in
+    other processes (e.g. persistent torch DataLoader workers, which hold a pickled Dataset).
+
+    The value lives in a 16-byte memory file made by the process that creates the object: an
+    anonymous `memfd` that copies open through `/proc/<pid>/fd/<fd>` on Linux (nothing is named,
+    so a killed process leaks nothing), a temporary file elsewhere. A copy that cannot reach the
+    cell (its maker has exited, or it was unpickled on another machine) keeps the value it was
+    pickled with and reads that.
+
+    Example:
+        >>> epoch = SharedEpoch(0)
+        >>> copy = pickle.loads(pickle.dumps(epoch))   # e.g. in a worker process
+        >>> epoch.set(3)
+        >>> copy.get()
+        3
+    """
+
+    def __init__(self, epoch: int = 0) -> None:
+        self._value = check_seed("epoch", epoch)
+        self._token = secrets.token_bytes(8)
+        self._lock = threading.Lock()
+        self._map: mmap.mmap | None = None
+        self._path: str | None = None
+        self._attached = True  # this object made its cell (or has none): never try to open one
+        with contextlib.suppress(OSError):
+            self._map, self._path = _new_cell(self)
+            _CELL.pack_into(self._map, 0, self._token, self._value)
+
+    def get(self) -> int:
+        """The epoch last `set` through this object or any copy of it."""
+        cell = self._cell()
+        if cell is None:
+            return self._value
+        token, value = _CELL.unpack_from(cell, 0)
+        return int(value) if token == self._token else self._value
+
+    def set(self, epoch: int) -> None:
+        """Set the epoch every copy reads (int >= 0)."""
+        value = check_seed("epoch", epoch)
+        self._value = value
+        cell = self._cell()
+        if cell is not None:
+            _CELL.pack_into(cell, 0, self._token, value)
+
+    @property
+    def shared(self) -> bool:
+        """True when this object reads the cell its copies share (False: only its own value)."""
+        return self._cell() is not None
+
+    def _cell(self) -> mmap.mmap | None:
+        if not self._attached:
+            with self._lock:
+                if not self._attached:
+                    self._map = _open_cell(self._path, self._token)
+                    self._attached = True
+        return self._map
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"value": self.get(), "token": self._token, "path": self._path}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._value = int(state["value"])
+        self._token = bytes(state["token"])
+        self._path = state["path"]
+        self._lock = threading.Lock()
+        self._map = None
+        self._attached = self._path is None  # open the cell on first use, in the process that reads
+
+    def __repr__(self) -> str:
+        return f"SharedEpoch({self.get()}, shared={self.shared})"
+
+
+def _new_cell(owner: SharedEpoch) -> tuple[mmap.mmap, str]:
+    """A fresh cell and the path copies open it by; it is closed (and a temporary file removed)
+    when `owner` is garbage or the process exits."""
+    if hasattr(os, "memfd_create") and os.path.isdir(f"/proc/{os.getpid()}/fd"):
+        fd = os.memfd_create("pi_loader-epoch", os.MFD_CLOEXEC)
+        path, remove = f"/proc/{os.getpid()}/fd/{fd}", None
+    else:
+        fd, path = tempfile.mkstemp(prefix="pi_loader-epoch-")
+        remove = path
+    try:
+        os.ftruncate(fd, _CELL.size)
+        cell = mmap.mmap(fd, _CELL.size)
+    except BaseException:
+        os.close(fd)
+        raise
+    weakref.finalize(owner, _close_cell, fd, os.getpid(), remove)
+    return cell, path
+
+
+def _close_cell(fd: int, pid: int, remove: str | None) -> None:
+    with contextlib.suppress(OSError):
+        os.close(fd)
+    if remove is not None and os.getpid() == pid:  # a forked child must not remove its parent's file
+        with contextlib.suppress(OSError):
+            os.unlink(remove)
+
+
+def _open_cell(path: str | None, token: bytes) -> mmap.mmap | None:
+    """The cell at `path` if it is still the one `token` names, else None."""
+    if path is None:
+        return None
+    try:
+        # O_NONBLOCK: after pid reuse the path may name a pipe or a device; never wait on it.
+        fd = os.open(path, os.O_RDWR | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return None
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode) or info.st_size != _CELL.size:
+            return None
+        cell = mmap.mmap(fd, _CELL.size)
+    except (OSError, ValueError):
+        return None
+    finally:
+        os.close(fd)
+    if _CELL.unpack_from(cell, 0)[0] != token:
+        cell.close()
+        return None
+    return cell

@@ -16,7 +16,7 @@ import pyarrow as pa
 from pi_format import LakeLayout
 
 from pi_loader._errors import HorizonTooLongError, PiLoaderError, SnapshotError, UnknownCameraError
-from pi_loader._lake import TableFiles, read_committed_episodes, resolve_tables
+from pi_loader._lake import read_committed_episodes, resolve_tables
 from pi_loader._snapshot import Snapshot
 from pi_loader._spec import SampleSpec
 from pi_loader._storage import Storage
@@ -35,8 +35,7 @@ class Selection:
         {'episodes': 3, 'steps': 3, 'video': 3}
     """
 
-    files: Mapping[str, TableFiles]  # "episodes", "steps", "video" at their pinned versions
-    rows: pa.Table  # the selected rows of the episodes table (the commit markers)
+    rows: pa.Table  # the selected rows of the episodes table (the commit markers, with locators)
     snapshot: Snapshot
     episode_cameras: tuple[tuple[str, ...], ...]  # cameras each episode recorded
     video_sizes: tuple[tuple[int, int], ...]  # (height, width) of each episode's video
@@ -48,6 +47,11 @@ class Selection:
     @property
     def attempt_ids(self) -> tuple[str, ...]:
         return self.snapshot.attempt_ids
+
+    @property
+    def lengths(self) -> np.ndarray:
+        """Steps of each episode (int64), from the episodes rows' step_count."""
+        return self.rows.column("step_count").to_numpy().astype(np.int64)
 
 
 def resolve_snapshot(
@@ -111,16 +115,18 @@ def select_episodes(
     storage_options: Mapping[str, str] | None = None,
 ) -> Selection:
     """Pin the tables (at `pinned`'s versions, else the latest) and read the committed episodes
-    rows of `ids` (None: every committed episode).
+    rows of `ids` (None: every committed episode). Reads the episodes table only: the rows'
+    locators say where the steps and video are, which are read later, sample by sample.
 
     Raises:
         SnapshotError: with `pinned`, an episode that is not committed at its versions or whose
             committed attempt differs (the snapshot belongs to another lake).
         PiLoaderError: selected ids that are not committed (a stale catalog), or no episodes.
     """
-    files = resolve_tables(layout, None if pinned is None else pinned.table_versions, storage_options)
-    versions = {name: f.version for name, f in files.items()}
-    rows = read_committed_episodes(files["episodes"], storage, ids)
+    episodes, versions = resolve_tables(
+        layout, None if pinned is None else pinned.table_versions, storage_options
+    )
+    rows = read_committed_episodes(episodes, storage, ids)
     found = rows.column("episode_id").to_pylist() if rows.num_rows else []
     if ids is not None:
         missing = sorted(set(ids) - set(found))
@@ -152,11 +158,14 @@ def select_episodes(
         sql=pinned.sql if pinned is not None else sql,
         **({"created_at_ns": pinned.created_at_ns} if pinned is not None else {}),
     )
+    # One tuple object per distinct camera list: pickled Datasets share them (pickle's memo).
+    interned: dict[tuple[str, ...], tuple[str, ...]] = {}
     return Selection(
-        files=files,
         rows=rows,
         snapshot=snapshot,
-        episode_cameras=tuple(tuple(c) for c in rows.column("cameras").to_pylist()),
+        episode_cameras=tuple(
+            interned.setdefault(tuple(c), tuple(c)) for c in rows.column("cameras").to_pylist()
+        ),
         video_sizes=tuple(
             zip(rows.column("video_height").to_pylist(), rows.column("video_width").to_pylist(), strict=True)
         ),

@@ -27,10 +27,13 @@ from pi_loader._shared_batches import ArrayPlacement, SlotPool, SlotTicket, Slot
 _POLL_S = 1.0
 
 
-def video_counters(dataset: Dataset) -> tuple[int, int]:
-    """(chunk decodes, video reads) of `dataset` in this process so far."""
-    stats = dataset.video_stats
-    return stats["chunk_decodes"], stats["video_reads"]
+def read_counters(dataset: Dataset) -> dict[str, int]:
+    """What `dataset` read in this process so far (`Dataset.read_stats`)."""
+    return dataset.read_stats
+
+
+def counter_deltas(before: dict[str, int], after: dict[str, int]) -> dict[str, int]:
+    return {key: after[key] - before.get(key, 0) for key in after}
 
 
 def _build(
@@ -61,17 +64,16 @@ def _worker_main(dataset: Dataset, tasks: Any, results: Any) -> None:
         if task is None:
             return
         generation, batch_number, indices, ticket = task
-        before = video_counters(dataset)
+        before = read_counters(dataset)
         try:
             built = _build(dataset, indices, ticket, writer)
-            after = video_counters(dataset)
-            counters = (after[0] - before[0], after[1] - before[1])
+            counters = counter_deltas(before, read_counters(dataset))
             results.put((generation, batch_number, built, counters, None))
         except BaseException as err:  # sent to the main process, which raises it
             try:
-                results.put((generation, batch_number, None, (0, 0), err))
+                results.put((generation, batch_number, None, {}, err))
             except Exception:
-                results.put((generation, batch_number, None, (0, 0), WorkerError(traceback.format_exc())))
+                results.put((generation, batch_number, None, {}, WorkerError(traceback.format_exc())))
 
 
 class WorkerPool:
@@ -88,7 +90,7 @@ class WorkerPool:
     Example:
         >>> pool = WorkerPool(ds, batch_size=32, num_workers=2, prefetch_batches=4,
         ...                   mp_context="spawn", shared_memory=True)
-        >>> for batch, (chunk_decodes, video_reads) in pool.batches([np.arange(32)]): ...
+        >>> for batch, reads in pool.batches([np.arange(32)]): ...   # reads: read_stats deltas
         >>> pool.close()
     """
 
@@ -143,14 +145,14 @@ class WorkerPool:
 
     def batches(
         self, work: Sequence[np.ndarray]
-    ) -> Iterator[tuple[dict[str, np.ndarray], tuple[int, int]]]:
+    ) -> Iterator[tuple[dict[str, np.ndarray], dict[str, int]]]:
         """Each batch of flat sample indices in `work`, built by the workers and yielded in
-        order, with the (chunk decodes, video reads) it took. Starting another iteration
+        order, with what it took to read (deltas of `Dataset.read_stats`). Starting another iteration
         abandons this one: its batches still in flight are dropped when they arrive."""
         self._start_workers()
         self._generation += 1
         generation = self._generation
-        done: dict[int, tuple[dict[str, np.ndarray], tuple[int, int]]] = {}
+        done: dict[int, tuple[dict[str, np.ndarray], dict[str, int]]] = {}
         sent = 0
         for b in range(len(work)):
             while sent < len(work) and sent < b + self._prefetch:

@@ -5,6 +5,13 @@ Each framework is imported inside the function that needs it, so `import pi_load
 of `Loader` (or, for Grain, the samples of `Loader.epoch_indices` in order), whatever the
 framework's own worker count.
 
+Epochs and hosts: `Loader` computes every epoch's order in the main process and its workers
+only build the batches they are sent, so `Loader.set_epoch` (and the epoch after epoch it
+moves on to by itself) reaches them; a `Dataset` handed to a torch `DataLoader` directly follows
+`Dataset.set_epoch` in its workers too, persistent ones included. Before training, call
+`pi_loader.agree(loader)` on every host (or open with `Dataset.shared`): it raises
+`HostsDisagreeError` when the hosts opened different data.
+
 Example:
     >>> from pi_loader.adapters import jax_batches, torch_dataloader
     >>> for batch in jax_batches(loader, sharding):   # jax.Array leaves, placed with `sharding`
@@ -19,6 +26,7 @@ from typing import Any
 import numpy as np
 
 from pi_loader._dataset import Dataset
+from pi_loader._errors import PiLoaderError
 from pi_loader._loader import Loader
 from pi_loader._order import ShardSpec, block_order, check_seed, sample_order, shard_order
 
@@ -65,6 +73,15 @@ def torch_iterable(loader: Loader, *, pin_memory: bool = False) -> Any:
 
     class _Batches(torch.utils.data.IterableDataset):
         def __iter__(self) -> Iterator[dict[str, Any]]:
+            if torch.utils.data.get_worker_info() is not None:
+                # Each torch worker would iterate its own copy of the loader: every batch once
+                # per worker, and the copies' epochs never follow the main process's.
+                raise PiLoaderError(
+                    "torch_iterable(loader) must be iterated in the main process: use "
+                    "DataLoader(..., batch_size=None, num_workers=0) (what torch_dataloader does) "
+                    "and give the Loader itself workers (Loader(ds, num_workers=...)); for torch's "
+                    "own workers, pass the Dataset to the DataLoader (Dataset.set_epoch reaches them)"
+                )
             for batch in loader:
                 yield _to_torch(batch, pin_memory)
 

@@ -69,7 +69,7 @@ def test_commit_order_and_visibility(tmp_path: Path) -> None:
         for name in ("steps", "video", "episodes")
     }
     assert newest["episodes"] >= newest["video"] >= newest["steps"]
-    assert DeltaTable(layout.episodes).transaction_version(bucket_app_id("ep-1")) == 1
+    assert (DeltaTable(layout.episodes).transaction_version(bucket_app_id("ep-1")) or 0) > 0
     assert DeltaTable(layout.episodes).transaction_version(writer_app_id("default")) == 1
     proprio = np.array(steps.sort_by("step_index").column("proprio").to_pylist(), np.float32)
     want = np.array(f.steps.column("proprio").to_pylist(), np.float32)

@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 import pytest
-from deltalake import write_deltalake
+from deltalake import DeltaTable, write_deltalake
 from pi_jobs.cli import main
 from pi_jobs.ops.validation import ValidationSetupError, load_frame, validate_table
 
@@ -53,7 +53,7 @@ def test_clean_lake_passes_both_suites_and_renders_data_docs(clean_lake, tmp_pat
 def test_duplicate_episode_and_negative_step_count_fail_by_name(tmp_path):
     lake = _lake(tmp_path)
     fakes = [lake.episodes[i] for i in lake.episode_ids]
-    good_version = 0
+    good_version = DeltaTable(lake.layout.episodes).version()  # before the bad rows
     duplicate = lf.episode_rows(fakes[:1])
     write_deltalake(lake.layout.episodes, duplicate, mode="append")
     negative = lf.episode_rows([dataclasses.replace(fakes[1], episode_id="ep-neg", attempt_id="a-neg")])
@@ -140,8 +140,9 @@ def test_cli_validate_exit_codes_and_docs_path(tmp_path, monkeypatch, capsys):
     assert "passed" in out and "index.html" in out
     docs = Path(out.split("Data Docs: ")[1].split()[0])
     assert docs.is_file() and docs.is_relative_to(tmp_path / "home" / "validation")
+    good_version = DeltaTable(lake.layout.episodes).version()
     write_deltalake(lake.layout.episodes, lf.episode_rows([lake.episodes["ep-000"]]), mode="append")
     assert main(["validate", "episodes"]) == 2
     out = capsys.readouterr().out
     assert "FAIL expect_column_values_to_be_unique on episode_id" in out
-    assert main(["validate", "episodes", "--version", "0"]) == 0
+    assert main(["validate", "episodes", "--version", str(good_version)]) == 0

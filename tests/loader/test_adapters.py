@@ -76,3 +76,20 @@ def test_import_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+@pytest.mark.filterwarnings("ignore:os.fork:RuntimeWarning")  # the worker touches no JAX
+def test_torch_iterable_refuses_torch_workers(loader_lake: FakeLake) -> None:
+    """In torch's workers each would iterate its own copy of the Loader: every batch once per
+    worker, with epochs that never follow the main process."""
+    torch = pytest.importorskip("torch")
+    from pi_loader import PiLoaderError
+    from pi_loader.adapters import torch_iterable
+
+    batches = torch_iterable(_loader(loader_lake))
+    workers = torch.utils.data.DataLoader(
+        batches, batch_size=None, num_workers=1, multiprocessing_context="fork"
+    )
+    with pytest.raises(PiLoaderError, match="must be iterated in the main process"):
+        next(iter(workers))
+    assert len(list(torch.utils.data.DataLoader(batches, batch_size=None, num_workers=0))) > 2

@@ -12,7 +12,13 @@ import pytest
 from pi_catalog import Catalog
 from pi_loader import Dataset, PiLoaderError, UnknownCameraError, contact_sheet, sample_order
 
-from tests.fixtures.lake_factory import GARBAGE_ATTEMPT, UNCOMMITTED_EPISODE, FakeLake, write_lake
+from tests.fixtures.lake_factory import (
+    CHUNK_FRAMES,
+    GARBAGE_ATTEMPT,
+    UNCOMMITTED_EPISODE,
+    FakeLake,
+    write_lake,
+)
 
 CAMERAS = ("front", "wrist")
 STEPS = 7
@@ -103,10 +109,18 @@ def test_frames_match_the_factory_frames(lake: FakeLake) -> None:
             scores = [_psnr(image, f) for f in ep.frames[camera]]
             assert scores[want] > 24.0, (sample["episode_id"], step, camera, scores)
             assert int(np.argmax(scores)) == want  # the right frame, not a neighbour
-    # each episode's video rows were read once; chunks decoded a bounded number of times
-    stats = ds.video_stats
-    assert stats["video_reads"] == len(lake.episodes)
-    assert stats["chunk_decodes"] <= len(ds) * len(CAMERAS)
+    # every chunk the samples touch was read (one row group) and decoded once, with caches
+    # larger than the lake; each episode's steps were read once
+    chunks = {
+        (e, k, int(f) // CHUNK_FRAMES)
+        for e, ep in lake.episodes.items()
+        for k in range(len(CAMERAS))
+        for f in ep.camera_frame_index[:, k]
+    }
+    stats = ds.read_stats
+    assert stats["video_reads"] == stats["chunk_decodes"] == len(chunks)
+    assert stats["steps_reads"] == len(lake.episodes)
+    assert stats["footer_reads"] == 2  # one steps file and one video file: one group commit
 
 
 def test_state_action_padding_and_mask(lake: FakeLake) -> None:
@@ -189,7 +203,9 @@ def test_pickles_without_handles_and_gives_the_same_samples(lake: FakeLake) -> N
     before = ds[0]
     clone = pickle.loads(pickle.dumps(ds))
     after = clone[0]
-    assert clone.video_stats == {"video_reads": 1, "chunk_decodes": len(CAMERAS)}  # fresh caches
+    # fresh caches: one steps row group, one video row group per camera, both footers
+    assert clone.read_stats["video_reads"] == clone.read_stats["chunk_decodes"] == len(CAMERAS)
+    assert clone.read_stats["steps_reads"] == 1 and clone.read_stats["footer_reads"] == 2
     assert before["episode_id"] == after["episode_id"] and before["step"] == after["step"]
     for key in ("observation.images.front", "observation.state", "action"):
         np.testing.assert_array_equal(_arr(before, key), _arr(after, key))

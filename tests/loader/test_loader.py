@@ -224,8 +224,9 @@ def test_block_shuffle_decodes_fewer_chunks_per_sample(loader_lake: FakeLake) ->
 
 def test_worker_error_reaches_the_caller(loader_lake: FakeLake, tmp_path: object) -> None:
     ds = _dataset(loader_lake)
-    # a broken video file list: every video read in the worker fails with a clear error
-    object.__setattr__(ds._video_files, "uris", tuple("/nonexistent/x.parquet" for _ in ds._video_files.uris))
+    # a broken video locator: every video read in the worker fails with a clear error
+    locators = ds._gather.video._locators
+    object.__setattr__(locators, "video_files", tuple("/nonexistent/x.parquet" for _ in locators.video_files))
     broken = Dataset.__new__(Dataset)
     broken.__dict__.update(ds.__dict__)
     with (

@@ -124,12 +124,15 @@ def test_writer_places_what_fits_and_hands_back_the_rest() -> None:
     assert list(placements) == ["first"]
 
 
-def test_a_batch_reads_each_episode_once_even_with_a_tiny_episode_cache(loader_lake: FakeLake) -> None:
+def test_a_batch_reads_each_chunk_once_even_with_tiny_caches(loader_lake: FakeLake) -> None:
     spec = SampleSpec(cameras=LOADER_CAMERAS, frame_history=1, action_horizon=2)
     ds = Dataset(loader_lake.layout, spec=spec, seed=3, episode_cache_size=1, chunk_cache_size=1)
-    # samples of three episodes, interleaved: a camera-by-camera walk would re-read them all
+    # samples of three episodes, interleaved: a sample-by-sample walk would re-read them all
     indices = [0, LOADER_STEPS, 2 * LOADER_STEPS, 1, LOADER_STEPS + 1, 2 * LOADER_STEPS + 1]
     batch = ds.samples(indices)
-    assert ds.video_stats["video_reads"] == 3
+    # steps 0 and 1 show chunk 0 of both cameras: one row group per (episode, camera), one steps
+    # row group per episode
+    assert ds.read_stats["video_reads"] == 3 * len(LOADER_CAMERAS)
+    assert ds.read_stats["steps_reads"] == 3
     reference = Dataset(loader_lake.layout, spec=spec, seed=3)
     _assert_batches_equal(batch, collate([reference.sample(i) for i in indices]))

@@ -10,7 +10,7 @@ from deltalake import DeltaTable, write_deltalake
 from pi_catalog import Catalog, PiCatalogError
 from pi_loader import Dataset, Loader, SampleSpec, Snapshot, SnapshotDataMissingError, SnapshotError
 
-from tests.fixtures.lake_factory import FakeLake, _rows, episode_rows, make_episode, write_lake
+from tests.fixtures.lake_factory import FakeLake, append_episodes, make_episode, write_lake
 
 SPEC = SampleSpec(cameras=("front",), action_horizon=2)
 
@@ -22,12 +22,7 @@ def small_lake(tmp_path: Path) -> FakeLake:
 
 def _append_episode(lake: FakeLake, index: int) -> None:
     ep = make_episode(index, steps=5, cameras=("front",), size=lake.size, seed=0)
-    steps, video = _rows(
-        ep.episode_id, ep.attempt_id, ep.proprio, ep.action, ep.camera_frame_index, ep.frames, lake.size
-    )
-    write_deltalake(lake.layout.steps, steps, mode="append")
-    write_deltalake(lake.layout.video, video, mode="append")
-    write_deltalake(lake.layout.episodes, episode_rows([ep], lake.size), mode="append")
+    append_episodes(lake.layout, [ep], lake.size)
 
 
 def _all(ds: Dataset) -> list[tuple[str, int, bytes, bytes]]:
@@ -99,11 +94,16 @@ def test_snapshot_whose_files_were_vacuumed_fails_clearly(small_lake: FakeLake) 
             retention_hours=0, enforce_retention_duration=False, dry_run=False
         )
         assert removed
-    assert len(Dataset(small_lake.layout, spec=SPEC)) == 10  # the current version still reads
+    # Opening reads only the episodes table (the locators), so it succeeds; the first sample
+    # reads the steps file the locator names and says that it is gone.
+    ds = Dataset(small_lake.layout, snapshot=snap, spec=SPEC)
+    assert len(ds) == 10
     with pytest.raises(
         SnapshotDataMissingError, match=r"data file\(s\) of the steps table at version .* are gone"
     ):
-        Dataset(small_lake.layout, snapshot=snap, spec=SPEC)
+        ds[0]
+    with pytest.raises(SnapshotDataMissingError, match=r"of the video table at version .* are gone"):
+        ds._gather.video.frame(0, 0, 0)
 
 
 def test_snapshot_of_another_lake_is_refused(small_lake: FakeLake, tmp_path: Path) -> None:

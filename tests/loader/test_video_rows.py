@@ -1,32 +1,137 @@
-"""Reading one episode's video rows out of a file holding many episodes (pi_loader._video)."""
+"""Per-sample reads: one steps row group per episode and one video row group per camera per
+sample, found through the episodes rows' locators (pi_loader._row_groups, _steps, _video)."""
 
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
-import pyarrow as pa
+import numpy as np
 import pyarrow.parquet as pq
-from pi_loader._video import _RowGroupIndex
+import pytest
+from deltalake import write_deltalake
+from pi_loader import Dataset, Loader, PiLoaderError, SampleSpec
+
+from tests.fixtures.lake_factory import (
+    CHUNK_FRAMES,
+    FakeLake,
+    _rows,
+    episode_rows,
+    make_episode,
+)
+from tests.loader.conftest import LOADER_CAMERAS, LOADER_STEPS
 
 
-def test_row_group_index_picks_only_the_groups_that_can_hold_an_episode(tmp_path: Path) -> None:
-    episodes = [f"ep-{i:03d}" for i in range(6) for _ in range(4)]  # sorted, 4 rows each
-    table = pa.table({"episode_id": episodes, "chunk_index": list(range(len(episodes)))})
-    path = str(tmp_path / "video.parquet")
-    pq.write_table(table, path, row_group_size=3)
-    index = _RowGroupIndex.of(path)
-    assert len(index.ranges) == 8
-    for episode_id in sorted(set(episodes)):
-        groups = index.groups_for(episode_id)
-        rows = pq.ParquetFile(path).read_row_groups(groups).to_pylist()
-        assert [r["chunk_index"] for r in rows if r["episode_id"] == episode_id] == [
-            i for i, e in enumerate(episodes) if e == episode_id
-        ]
-        assert len(groups) == 2  # 4 rows over groups of 3: never the whole file
-    assert index.groups_for("ep-999") == []
+def _record_reads(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, tuple[str, ...]]]:
+    """Every row group pyarrow reads from now on: (file, row group, columns); whole-file reads fail."""
+    reads: list[tuple[str, int, tuple[str, ...]]] = []
+    read_row_group = pq.ParquetFile.read_row_group
+
+    def recording(self: pq.ParquetFile, i: int, columns: Any = None, **kwargs: Any) -> Any:
+        reads.append((self._path, i, tuple(columns or ())))
+        return read_row_group(self, i, columns=columns, **kwargs)
+
+    def refuse(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a whole-file or multi-row-group read")
+
+    init = pq.ParquetFile.__init__
+
+    def remember_path(self: pq.ParquetFile, source: Any, *args: Any, **kwargs: Any) -> None:
+        self._path = str(source)
+        init(self, source, *args, **kwargs)
+
+    monkeypatch.setattr(pq.ParquetFile, "__init__", remember_path)
+    monkeypatch.setattr(pq.ParquetFile, "read_row_group", recording)
+    monkeypatch.setattr(pq.ParquetFile, "read_row_groups", refuse)
+    monkeypatch.setattr(pq.ParquetFile, "read", refuse)
+    monkeypatch.setattr(pq.ParquetFile, "iter_batches", refuse)
+    return reads
 
 
-def test_row_groups_without_string_statistics_are_always_read(tmp_path: Path) -> None:
-    path = str(tmp_path / "video.parquet")
-    pq.write_table(pa.table({"episode_id": ["a", "b", "c"]}), path, row_group_size=1, write_statistics=False)
-    assert _RowGroupIndex.of(path).groups_for("zzz") == [0, 1, 2]
+def _locator(lake: FakeLake, episode_id: str) -> dict[str, Any]:
+    from pi_format.lake import read_committed
+
+    rows = read_committed(lake.layout, ["steps_file", "steps_row_group", "video_file", "video_row_groups"])
+    return next(r for r in rows.to_pylist() if r["episode_id"] == episode_id)
+
+
+def test_an_uncached_sample_reads_one_steps_row_group_and_one_video_row_group_per_camera(
+    loader_lake: FakeLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=LOADER_CAMERAS, action_horizon=3), seed=1)
+    reads = _record_reads(monkeypatch)
+    flat = 2 * LOADER_STEPS + 9  # episode 2, step 9: chunk 2 of "front", chunk 1 of "wrist"
+    sample = ds.sample(flat)
+    episode_id, step = "ep-002", 9
+    assert (sample["episode_id"], sample["step"]) == (episode_id, step)
+    loc = _locator(loader_lake, episode_id)
+    ep = loader_lake.episodes[episode_id]
+    expected = {("steps", loc["steps_row_group"])} | {
+        ("video", loc["video_row_groups"][k] + int(ep.camera_frame_index[step, k]) // CHUNK_FRAMES)
+        for k in range(len(LOADER_CAMERAS))
+    }
+    got = {(Path(path).parent.name, group) for path, group, _ in reads}
+    assert got == expected and len(reads) == 3
+    stats = ds.read_stats
+    assert (stats["steps_reads"], stats["video_reads"], stats["footer_reads"]) == (1, 2, 2)
+    # bytes = both footers (+ 8-byte tails) + the compressed column chunks of the row groups read
+    want = sum(pq.read_metadata(path).serialized_size + 8 for path in {path for path, _, _ in reads})
+    for path, group, columns in reads:
+        chunk = pq.read_metadata(path).row_group(group)
+        want += sum(
+            chunk.column(j).total_compressed_size
+            for j in range(chunk.num_columns)
+            if chunk.column(j).path_in_schema.split(".")[0] in columns
+        )
+    assert stats["bytes_read"] == want
+    # another episode's sample in the same files: footers are cached, three row groups again
+    ds.sample(4 * LOADER_STEPS)
+    assert ds.read_stats["footer_reads"] == 2 and len(reads) == 6
+
+
+def test_loader_reports_bytes_read_per_sample(loader_lake: FakeLake) -> None:
+    ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("front",), action_horizon=2), seed=4)
+    loader = Loader(ds, batch_size=8)
+    list(loader)
+    stats = loader.stats()
+    assert stats.samples == len(ds)
+    assert stats.steps_reads == len(ds.episode_ids) and stats.footer_reads == 2
+    assert stats.video_reads == stats.chunk_decodes
+    assert stats.bytes_read == ds.read_stats["bytes_read"] > 0
+    assert stats.bytes_read_per_sample == pytest.approx(stats.bytes_read / len(ds))
+
+
+def test_a_locator_that_does_not_fit_the_file_is_a_clear_error(loader_lake: FakeLake) -> None:
+    ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("front",), action_horizon=2))
+    locators = ds._gather.video._locators
+    locators.video_row_group[0, 0] += 1  # chunk 0 of episode 0 now points at its chunk 1
+    with pytest.raises(PiLoaderError, match=r"should hold chunk 0 of this camera.*ep-000.*'front', 1\)"):
+        ds.sample(0)
+    locators.video_row_group[0, 0] -= 1
+    ds.sample(0)
+    with pytest.raises(PiLoaderError, match="past the camera's last chunk"):
+        ds._gather.video.frame(0, 0, 10 * CHUNK_FRAMES)
+    steps = ds._gather.steps._locators
+    steps.steps_row_group[1] += 1
+    with pytest.raises(PiLoaderError, match="not exactly the 11 steps of this attempt"):
+        ds.sample(LOADER_STEPS)
+    steps.steps_row_group[1] += 100
+    with pytest.raises(PiLoaderError, match="names row group 102"):
+        ds.sample(LOADER_STEPS)
+
+
+def test_a_lake_without_locators_is_refused_by_name(tmp_path: Path) -> None:
+    # A lake written the way it was before locators existed (write_deltalake, no locators).
+    ep = make_episode(0, steps=4, cameras=("front",), size=(16, 16), seed=0)
+    steps, video = _rows(
+        ep.episode_id, ep.attempt_id, ep.proprio, ep.action, ep.camera_frame_index, ep.frames, (16, 16)
+    )
+    root = tmp_path / "old"
+    write_deltalake(str(root / "steps"), steps)
+    write_deltalake(str(root / "video"), video)
+    write_deltalake(str(root / "episodes"), episode_rows([ep], (16, 16)).drop_columns(
+        ["steps_file", "steps_row_group", "video_file", "video_row_groups"]
+    ))  # fmt: skip
+    with pytest.raises(PiLoaderError, match=r"episode ep-000 .*predates format locators"):
+        Dataset(str(root), action_horizon=2)
+    assert np.array_equal(ep.camera_frame_index[:, 0], np.arange(4))

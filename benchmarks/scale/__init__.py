@@ -1,0 +1,1 @@
+"""Scale benchmark (issue 11): lake costs against lake size; see run.py."""
