@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pyarrow as pa
 from pi_format import EPISODES_SCHEMA
-from pi_format.lake.schemas import LOCATOR_COLUMNS
+from pi_format.lake.schemas import UNINDEXED_COLUMNS
 
 INDEX_TABLE = "episodes_index"
 EPISODES_VIEW = "episodes"
@@ -30,8 +30,10 @@ _CH_TYPES: dict[pa.DataType, str] = {
 
 
 # What the catalog indexes: every episodes column except the locator (where rows are stored is
-# the lake's business; a catalog rebuilt from another layout would otherwise disagree).
-INDEXED_FIELDS = tuple(f for f in EPISODES_SCHEMA if f.name not in LOCATOR_COLUMNS)
+# the lake's business; a catalog rebuilt from another layout would otherwise disagree) and the
+# mergeable statistics (binary sketches and float64 moments, read by pi_loader to merge, never
+# filtered on).
+INDEXED_FIELDS = tuple(f for f in EPISODES_SCHEMA if f.name not in UNINDEXED_COLUMNS)
 
 
 def _ch_type(field: pa.Field) -> str:

@@ -11,6 +11,8 @@ Example:
     >>> for batch in loader: ...          # dicts of numpy arrays; loader.get_state() resumes
 """
 
+from pi_format.stats import MissingSketchError, NormStats
+
 from pi_loader._agreement import HostsDisagreeError, agree, broadcast_snapshot
 from pi_loader._cache import CacheConfig, StorageError
 from pi_loader._contact_sheet import contact_sheet
@@ -40,6 +42,8 @@ __all__ = [
     "Loader",
     "LoaderStateError",
     "LoaderStats",
+    "MissingSketchError",
+    "NormStats",
     "PiLoaderError",
     "SampleSpec",
     "ShardError",

@@ -19,8 +19,10 @@ from typing import Any
 
 import numpy as np
 from pi_format import LakeLayout
+from pi_format.stats import NormStats
 
 from pi_loader._cache import CacheConfig
+from pi_loader._chunk_index import ChunkIndex, index_directory
 from pi_loader._gather import ImageAllocator, SampleGather
 from pi_loader._lake import EpisodeData, Stats, make_storage, pooled_stats
 from pi_loader._locators import EpisodeLocators
@@ -142,6 +144,7 @@ class Dataset:
         )
 
         self._storage = make_storage(self._layout.root, storage_options, cache)
+        self._storage_options = dict(storage_options) if storage_options else None  # norm_stats()
         selection = select_episodes(
             self._layout, self._storage, ids=ids, pinned=pinned, sql=sql, storage_options=storage_options
         )
@@ -187,6 +190,8 @@ class Dataset:
                 cameras=self.cameras,
                 version=versions["video"],
                 chunk_cache_size=chunk_cache_size,
+                # Video chunks are read without footers through a per-host index (_chunk_index).
+                chunk_index=ChunkIndex(index_directory(self._layout.root, cache)),
             ),
         )
         self._order: np.ndarray | None = None
@@ -253,6 +258,33 @@ class Dataset:
         """Statistics of "observation.state" and "action" over the selection (pooled from the
         per-episode statistics in the episodes table); normalization uses these."""
         return dict(self._stats)
+
+    def norm_stats(self) -> dict[str, NormStats]:
+        """Normalization statistics of "observation.state" and "action" over every step of
+        this dataset's snapshot: count, mean, std (ddof 0), min, max and q01/q99 per dimension
+        (`pi_format.stats.NormStats`, float64), merged from the selected episodes rows' exact
+        moments and quantile sketches, read once on the first call (then cached; call it before
+        making a Loader so workers get the cached copy). Reads no step and no frame: ~50 ms for
+        10,000 episodes (benchmarks/norm_stats). mean/std merge exactly; q01/q99 lie within
+        `rank_error_bound` (~0.45% of rank worst case) of the exact quantiles. Rows written
+        before sketches existed give q01 = q99 = None (`require_quantiles()` raises
+        MissingSketchError saying how many) and, before float64 moments, `exact=False` (mean
+        and std pooled from their float32 mean/std, as `stats`).
+
+        Example:
+            >>> action = ds.norm_stats()["action"]
+            >>> q01, q99 = action.require_quantiles()
+            >>> normalized = 2 * (batch["action"] - q01) / (q99 - q01) - 1
+        """
+        cached = self.__dict__.get("_norm_stats")
+        if cached is None:
+            from pi_loader._norm_stats import read_norm_stats
+
+            cached = read_norm_stats(
+                self._layout, self._storage, self._snapshot, self.__dict__.get("_storage_options")
+            )
+            self.__dict__["_norm_stats"] = cached
+        return dict(cached)
 
     def set_epoch(self, epoch: int) -> None:
         """Switch to another epoch's order (a different permutation of the same samples).

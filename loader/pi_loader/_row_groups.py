@@ -11,8 +11,12 @@ footer each (11 columns), and pyarrow holds a parsed footer in ~10-12x its seria
 parses it at ~45 us per row group (measured here with pyarrow 16: 110 kB, 144 row groups, 6 ms,
 ~1.1 MB in memory). Readers therefore keep few files' footers hot; see the module constants.
 
+Video chunks are mostly read without footers (`_chunk_index`: `read_range` of the one column
+chunk), through this reader's counters too.
+
 Bytes are counted as the reader asks for them: the footer once per parse (its serialized size
-plus the 8-byte tail) and, per read, the compressed size of the column chunks read. That is
+plus the 8-byte tail), per read the compressed size of the column chunks read, per ranged read
+its size. That is
 what a ranged reader would fetch; for s3:// the disk cache downloads whole files once per host
 (see `S3Storage.stats().downloaded_bytes` for that figure).
 """
@@ -20,7 +24,7 @@ what a ranged reader would fetch; for s3:// the disk cache downloads whole files
 from __future__ import annotations
 
 import threading
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 import pyarrow as pa
@@ -45,8 +49,9 @@ class RowGroupReader:
     per process: only the storage and the cache bound travel to a worker).
 
     Counters (this process): `footer_reads` (footers parsed) and `bytes_read` (footer bytes plus
-    the compressed column chunks of every row group read). `footer_cache_bytes` bounds the
-    memory of the parsed footers kept (estimated as PARSED_FOOTER_FACTOR x their size on disk).
+    the compressed column chunks of every row group read, plus every ranged read).
+    `footer_cache_bytes` bounds the memory of the parsed footers kept (estimated as
+    PARSED_FOOTER_FACTOR x their size on disk).
 
     Example:
         >>> reader = RowGroupReader(LocalStorage(), footer_cache_bytes=2**26)
@@ -83,7 +88,7 @@ class RowGroupReader:
         """
         try:
             path = self._storage.local_path(uri)
-            metadata = self._footer(uri, path)
+            metadata = self._footer(uri, path, keep=True)
             if not 0 <= group < metadata.num_row_groups:
                 raise PiLoaderError(
                     f"{table} file {uri} has {metadata.num_row_groups} row groups, the episode's locator "
@@ -95,18 +100,69 @@ class RowGroupReader:
             )
         except FileNotFoundError as err:  # RemoteFileNotFoundError too; other StorageErrors pass
             raise SnapshotDataMissingError(missing_files_message(table, version, uri, err)) from err
-        chunk = metadata.row_group(group)
-        wanted = set(columns)
-        size = sum(
-            chunk.column(j).total_compressed_size
-            for j in range(chunk.num_columns)
-            if chunk.column(j).path_in_schema.split(".", 1)[0] in wanted
-        )
+        size = _column_bytes(metadata, [group], columns)
         with self._lock:
             self.bytes_read += size
         return rows
 
-    def _footer(self, uri: str, path: str) -> pq.FileMetaData:
+    # -- what the chunk index (pi_loader._chunk_index) reads through this reader's counters --
+
+    def local_path(self, uri: str, *, table: str, version: int) -> str:
+        """The local path of `uri` (`Storage.local_path`).
+
+        Raises:
+            SnapshotDataMissingError: the file is gone (vacuumed after `version` was pinned).
+        """
+        try:
+            return self._storage.local_path(uri)
+        except FileNotFoundError as err:
+            raise SnapshotDataMissingError(missing_files_message(table, version, uri, err)) from err
+
+    def footer(self, uri: str, path: str, *, keep: bool) -> pq.FileMetaData:
+        """The parsed footer of `uri` (at local `path`): the cached one, or parsed and counted;
+        kept in the footer cache only if `keep` (a caller that parses a footer once to index the
+        file does not want it to take the cache's memory)."""
+        return self._footer(uri, path, keep=keep)
+
+    def keep_footer(self, uri: str, metadata: pq.FileMetaData) -> None:
+        """Put a footer parsed with `keep=False` into the footer cache after all."""
+        size = int(metadata.serialized_size) + _FOOTER_TAIL_BYTES
+        with self._lock:
+            self._footers.put(uri, metadata, weight=size * PARSED_FOOTER_FACTOR)
+
+    def read_columns(
+        self, uri: str, path: str, metadata: pq.FileMetaData, columns: Sequence[str]
+    ) -> pa.Table:
+        """`columns` of every row group of the file (small columns only: a chunk index build),
+        counting their compressed column chunks."""
+        parquet = pq.ParquetFile(path, metadata=metadata)
+        rows: pa.Table = parquet.read(columns=list(columns), use_threads=False)
+        size = _column_bytes(metadata, range(metadata.num_row_groups), columns)
+        with self._lock:
+            self.bytes_read += size
+        return rows
+
+    def read_range(self, uri: str, path: str, offset: int, size: int, *, what: str = "") -> bytes:
+        """Bytes [offset, offset + size) of the file at local `path` (one ranged read), counted;
+        `what` names them in errors.
+
+        Raises:
+            PiLoaderError: the file ends before offset + size.
+        """
+        with open(path, "rb") as f:
+            f.seek(offset)
+            data = f.read(size)
+        with self._lock:
+            self.bytes_read += size
+        if len(data) != size:
+            raise PiLoaderError(
+                f"{uri}: reading bytes {offset}..{offset + size}{f' ({what})' if what else ''} got only "
+                f"{len(data)} bytes: the file is shorter than its chunk index says (truncated, or "
+                "replaced under the same name)"
+            )
+        return data
+
+    def _footer(self, uri: str, path: str, *, keep: bool) -> pq.FileMetaData:
         with self._lock:
             metadata = self._footers.get(uri)
         if metadata is not None:
@@ -116,5 +172,20 @@ class RowGroupReader:
         with self._lock:
             self.footer_reads += 1
             self.bytes_read += size
-            self._footers.put(uri, metadata, weight=size * PARSED_FOOTER_FACTOR)
+            if keep:
+                self._footers.put(uri, metadata, weight=size * PARSED_FOOTER_FACTOR)
         return metadata
+
+
+def _column_bytes(metadata: pq.FileMetaData, groups: Iterable[int], columns: Sequence[str]) -> int:
+    """Compressed bytes of the column chunks of `columns` in row groups `groups`."""
+    wanted = set(columns)
+    total = 0
+    for group in groups:
+        chunk = metadata.row_group(group)
+        total += sum(
+            chunk.column(j).total_compressed_size
+            for j in range(chunk.num_columns)
+            if chunk.column(j).path_in_schema.split(".", 1)[0] in wanted
+        )
+    return total

@@ -3,15 +3,20 @@
 One sample needs one frame per camera; the frame lives in a short H.264 chunk that decodes on
 its own (architecture decision 4). The writer stores every chunk as a row group of its own, the
 chunks of one camera consecutive (SPEC.md §7.2), so frame f of camera k of an episode is in row
-group `video_row_groups[k] + f // video_chunk_frames` of the episode's video file: a cache miss
-reads that one row group (after the file's footer, parsed once per process) and nothing else.
-The row read is checked against what the locator promised. Chunk decoders are kept in a small
-LRU and convert to RGB with swscale; only the locators survive pickling, each process builds its
-own caches.
+group `video_row_groups[k] + f // video_chunk_frames` of the episode's video file. A cache miss
+reads that chunk's `data` column chunk with one ranged read, located by the file's chunk index
+(`_chunk_index`: built once per host from the footer and the file's small columns, mapped by
+every process), so no footer is parsed per process; a file without an index (not laid out as
+the writer does, or no index configured) is read as before: its footer (parsed once per process,
+LRU-cached) and the one row group through pyarrow. Either way the row is checked against what
+the locator promised (episode, attempt, camera, chunk, frames). Chunk decoders are kept in a
+small LRU and convert to RGB with swscale; only the locators survive pickling, each process
+builds its own caches.
 """
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -19,7 +24,10 @@ from typing import Any
 
 import numpy as np
 
-from pi_loader._errors import PiLoaderError
+from pi_loader import _chunk_index as index
+from pi_loader._chunk_index import ChunkIndex, page_value, row_key
+from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
+from pi_loader._lake import missing_files_message
 from pi_loader._locators import EpisodeLocators
 from pi_loader._lru import WeightedLRU
 from pi_loader._row_groups import RowGroupReader
@@ -42,9 +50,9 @@ class _Chunk:
 class VideoFrames:
     """RGB frames of the selected episodes, read at a pinned video-table version.
 
-    Thread-safe; picklable and fork-safe: files are read through pyarrow only, and the caches
-    are dropped on pickling and rebuilt on first use. Counters (this process): `video_reads`
-    (video row groups read, one per chunk missed) and `chunk_decodes` (chunk decoders made).
+    Thread-safe; picklable and fork-safe: files are opened per read, and the caches are dropped
+    on pickling and rebuilt on first use. Counters (this process): `video_reads` (video chunks
+    read, one per chunk missed) and `chunk_decodes` (chunk decoders made).
 
     Example:
         >>> rgb = video.frame(e=0, camera=1, frame_index=37)   # uint8 [H, W, 3]
@@ -60,6 +68,7 @@ class VideoFrames:
         cameras: tuple[str, ...],
         version: int,
         chunk_cache_size: int,
+        chunk_index: ChunkIndex | None = None,
     ) -> None:
         self._reader = reader
         self._locators = locators
@@ -68,6 +77,7 @@ class VideoFrames:
         self._cameras = cameras
         self._version = version
         self._chunk_cache_size = chunk_cache_size
+        self._chunk_index = chunk_index
         self._reset()
 
     def _reset(self) -> None:
@@ -107,21 +117,28 @@ class VideoFrames:
 
         group = int(loc.video_row_group[e, camera]) + number
         uri = loc.video_files[loc.video_file[e]]
-        rows = self._reader.read(uri, group, VIDEO_COLUMNS, table="video", version=self._version)
-        row = rows.slice(0, 1).to_pylist()[0] if rows.num_rows == 1 else None
         where = f"episode {self._episode_ids[e]} camera {self._cameras[camera]!r}, frame {frame_index}"
         expected = (self._episode_ids[e], self._attempt_ids[e], self._cameras[camera], number)
-        found = (
-            None if row is None else (row["episode_id"], row["attempt_id"], row["camera"], row["chunk_index"])
-        )
+        indexed = self._indexed_row(uri, group, expected)
+        if indexed is not None:  # footer-free: the row from the chunk index, its data read below
+            row, read_data = indexed
+        else:  # no chunk index, or a file not laid out for one: the row group through pyarrow
+            rows = self._reader.read(uri, group, VIDEO_COLUMNS, table="video", version=self._version)
+            row = rows.slice(0, 1).to_pylist()[0] if rows.num_rows == 1 else {"rows": rows.num_rows}
+            read_data = functools.partial(row.get, "data")
+        found = tuple(row.get(name) for name in ("episode_id", "attempt_id", "camera", "chunk_index"))
         if found != expected:
+            if "rows" in row:
+                holds = f"{row['rows']} rows"
+            elif found[0] is None:  # the index knows the row's identity only as a hash
+                holds = f"chunk {found[3]} of another (episode, attempt, camera)"
+            else:
+                holds = f"(episode, attempt, camera, chunk) {found}"
             raise PiLoaderError(
                 f"{where}: row group {group} of {uri} should hold chunk {number} of this camera, but holds "
-                + (f"{rows.num_rows} rows" if row is None else f"(episode, attempt, camera, chunk) {found}")
-                + ": the frame is past the camera's last chunk, or the episode's locator does not fit "
-                "the file"
+                f"{holds}: the frame is past the camera's last chunk, or the episode's locator does not "
+                "fit the file"
             )
-        assert row is not None
         if (
             row["first_frame"] != number * int(loc.chunk_frames[e])
             or frame_index >= row["first_frame"] + row["frame_count"]
@@ -137,13 +154,65 @@ class VideoFrames:
         # Decoded lazily: a shuffled sample decodes only up to its frame (intra-only: that frame
         # alone), and neighbours in a block-shuffled run continue the same decoder.
         chunk = _Chunk(
-            ChunkDecoder(row["data"]), row["first_frame"], row["frame_count"], row["width"], row["height"]
+            ChunkDecoder(read_data()), row["first_frame"], row["frame_count"], row["width"], row["height"]
         )
         with self._lock:
             self.video_reads += 1
             self.chunk_decodes += 1
             self._chunks.put(key, chunk)
         return chunk
+
+    def _indexed_row(
+        self, uri: str, group: int, expected: tuple[str, str, str, int]
+    ) -> tuple[dict[str, Any], Callable[[], bytes]] | None:
+        """The video row of row group `group` of `uri` as its chunk index has it (all columns but
+        `data`), and a function that reads its data (one ranged read of the `data` column
+        chunk); None without an index for the file.
+
+        The index holds the row's identity as a hash: a row of the expected (episode, attempt,
+        camera) reports those, another one reports None for them (and so fails the check).
+        """
+        if self._chunk_index is None:
+            return None
+        path = self._reader.local_path(uri, table="video", version=self._version)
+        try:
+            entries = self._chunk_index.entries(self._reader, uri, path)
+        except FileNotFoundError as err:  # a local lake's file: local_path does not open it
+            raise self._missing(uri, err) from err
+        if entries.shape[0] == 0:
+            return None
+        if not 0 <= group < entries.shape[0]:
+            raise PiLoaderError(
+                f"video file {uri} has {entries.shape[0]} row groups, the episode's locator names row "
+                f"group {group}: the episodes row does not fit the file (was the file rewritten "
+                "without updating the locators?)"
+            )
+        entry = entries[group]
+        same = int(entry[index.ROW_KEY]) == row_key(*expected[:3])
+        offset, size = int(entry[index.OFFSET]), int(entry[index.SIZE])
+
+        def read_data() -> bytes:
+            try:
+                raw = self._reader.read_range(uri, path, offset, size, what=f"row group {group}")
+            except FileNotFoundError as err:
+                raise self._missing(uri, err) from err
+            return page_value(raw, uri, group)
+
+        row = {
+            "episode_id": expected[0] if same else None,
+            "attempt_id": expected[1] if same else None,
+            "camera": expected[2] if same else None,
+            "chunk_index": int(entry[index.CHUNK_INDEX]),
+            "first_frame": int(entry[index.FIRST_FRAME]),
+            "frame_count": int(entry[index.FRAME_COUNT]),
+            "width": int(entry[index.WIDTH]),
+            "height": int(entry[index.HEIGHT]),
+            "codec": "h264",  # an index is only built for files whose chunks are all h264
+        }
+        return row, read_data
+
+    def _missing(self, uri: str, err: FileNotFoundError) -> SnapshotDataMissingError:
+        return SnapshotDataMissingError(missing_files_message("video", self._version, uri, err))
 
     def _checked(
         self, convert: Callable[[int], np.ndarray], offset: int, e: int, camera: int, frame: int
@@ -157,4 +226,7 @@ class VideoFrames:
             raise PiLoaderError(f"{where}: {err}") from err
 
 
-_STATE = ("_reader", "_locators", "_episode_ids", "_attempt_ids", "_cameras", "_version", "_chunk_cache_size")
+_STATE = (
+    "_reader", "_locators", "_episode_ids", "_attempt_ids", "_cameras", "_version", "_chunk_cache_size",
+    "_chunk_index",
+)  # fmt: skip

@@ -14,7 +14,7 @@ import pytest
 from deltalake import DeltaTable
 from pi_catalog import Catalog, CatalogLockTimeout, CatalogQueryError, PiCatalogError, format_table
 from pi_format import EPISODES_SCHEMA, LakeLayout
-from pi_format.lake.schemas import LOCATOR_COLUMNS
+from pi_format.lake.schemas import UNINDEXED_COLUMNS
 
 from tests.fixtures.lake_factory import FakeLake, episode_rows, make_episode, write_lake
 
@@ -40,7 +40,7 @@ def small_lake(tmp_path_factory: pytest.TempPathFactory) -> FakeLake:
 def test_schema_has_every_episodes_column_and_the_index_columns(catalog: Catalog) -> None:
     cols = catalog.query_arrow("SELECT * FROM episodes LIMIT 0").column_names
     assert cols == [
-        *(n for n in EPISODES_SCHEMA.names if n not in LOCATOR_COLUMNS),
+        *(n for n in EPISODES_SCHEMA.names if n not in UNINDEXED_COLUMNS),
         "episodes_version",
         "indexed_at",
     ]

@@ -70,7 +70,11 @@ def test_nullable_columns_are_the_documented_ones() -> None:
     }
     assert nullable == {
         "raw": ["chunk_index", "episode_id"],
-        "episodes": ["steps_file", "steps_row_group", "video_file", "video_row_groups"],  # the locator
+        # the locator and the mergeable statistics (pi_format.stats)
+        "episodes": sorted(
+            ["steps_file", "steps_row_group", "video_file", "video_row_groups"]
+            + [f"{k}_{c}" for k in ("proprio", "action") for c in ("mean64", "m2", "sketch")]
+        ),
         "steps": [],
         "video": [],
         "quarantine": ["episode_id"],

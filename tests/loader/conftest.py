@@ -20,3 +20,15 @@ def loader_lake(tmp_path_factory: pytest.TempPathFactory) -> FakeLake:
         cameras=LOADER_CAMERAS,
         size=(48, 32),  # (width, height): large enough that every frame differs
     )
+
+
+@pytest.fixture(autouse=True)
+def _own_chunk_index_directory(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each test gets its own host-wide chunk index directory (pi_loader._chunk_index: under the
+    temp directory for a local lake), so what a test counts does not depend on which tests ran
+    before it on the same session lake."""
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path_factory.mktemp("tmpdir")))

@@ -11,6 +11,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 from pi_loader import Dataset, Loader, PiLoaderError, SampleSpec
+from pi_loader._row_groups import RowGroupReader
 
 from tests.fixtures.lake_factory import (
     CHUNK_FRAMES,
@@ -55,38 +56,64 @@ def _locator(lake: FakeLake, episode_id: str) -> dict[str, Any]:
     return next(r for r in rows.to_pylist() if r["episode_id"] == episode_id)
 
 
-def test_an_uncached_sample_reads_one_steps_row_group_and_one_video_row_group_per_camera(
+def _record_ranges(monkeypatch: pytest.MonkeyPatch) -> list[tuple[str, int, int]]:
+    """Every ranged read of a chunk from now on: (file, offset, size)."""
+    ranges: list[tuple[str, int, int]] = []
+    read_range = RowGroupReader.read_range
+
+    def recording(self: RowGroupReader, uri: str, path: str, offset: int, size: int, **kw: Any) -> bytes:
+        ranges.append((path, offset, size))
+        return read_range(self, uri, path, offset, size, **kw)
+
+    monkeypatch.setattr(RowGroupReader, "read_range", recording)
+    return ranges
+
+
+def test_an_uncached_sample_reads_one_steps_row_group_and_one_video_chunk_per_camera(
     loader_lake: FakeLake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=LOADER_CAMERAS, action_horizon=3), seed=1)
+    spec = SampleSpec(cameras=LOADER_CAMERAS, action_horizon=3)
+    Dataset(loader_lake.layout, spec=spec).sample(0)  # another process of the host indexed the video file
+    ds = Dataset(loader_lake.layout, spec=spec, seed=1)
     reads = _record_reads(monkeypatch)
+    ranges = _record_ranges(monkeypatch)
     flat = 2 * LOADER_STEPS + 9  # episode 2, step 9: chunk 2 of "front", chunk 1 of "wrist"
     sample = ds.sample(flat)
     episode_id, step = "ep-002", 9
     assert (sample["episode_id"], sample["step"]) == (episode_id, step)
     loc = _locator(loader_lake, episode_id)
     ep = loader_lake.episodes[episode_id]
-    expected = {("steps", loc["steps_row_group"])} | {
-        ("video", loc["video_row_groups"][k] + int(ep.camera_frame_index[step, k]) // CHUNK_FRAMES)
-        for k in range(len(LOADER_CAMERAS))
-    }
-    got = {(Path(path).parent.name, group) for path, group, _ in reads}
-    assert got == expected and len(reads) == 3
-    stats = ds.read_stats
-    assert (stats["steps_reads"], stats["video_reads"], stats["footer_reads"]) == (1, 2, 2)
-    # bytes = both footers (+ 8-byte tails) + the compressed column chunks of the row groups read
-    want = sum(pq.read_metadata(path).serialized_size + 8 for path in {path for path, _, _ in reads})
-    for path, group, columns in reads:
-        chunk = pq.read_metadata(path).row_group(group)
-        want += sum(
-            chunk.column(j).total_compressed_size
-            for j in range(chunk.num_columns)
-            if chunk.column(j).path_in_schema.split(".")[0] in columns
+    assert [(Path(path).parent.name, g) for path, g, _ in reads] == [("steps", loc["steps_row_group"])]
+    # the video chunks: exactly the `data` column chunks of the row groups the locator names
+    (video_file,) = {path for path, _, _ in ranges}
+    video = pq.read_metadata(video_file)
+    data = video.schema.names.index("data")
+    chunks = {
+        (c.data_page_offset, c.total_compressed_size)
+        for c in (
+            video.row_group(g).column(data)
+            for g in (
+                loc["video_row_groups"][k] + int(ep.camera_frame_index[step, k]) // CHUNK_FRAMES
+                for k in range(len(LOADER_CAMERAS))
+            )
         )
+    }
+    assert {(offset, size) for _, offset, size in ranges} == chunks and len(ranges) == 2
+    stats = ds.read_stats
+    assert (stats["steps_reads"], stats["video_reads"], stats["footer_reads"]) == (1, 2, 1)
+    # bytes = the steps footer (+ 8-byte tail) + the steps column chunks read + the two ranges
+    steps_file, group, columns = reads[0]
+    steps = pq.read_metadata(steps_file)
+    want = steps.serialized_size + 8 + sum(size for _, size in chunks)
+    want += sum(
+        steps.row_group(group).column(j).total_compressed_size
+        for j in range(steps.num_columns)
+        if steps.row_group(group).column(j).path_in_schema.split(".")[0] in columns
+    )
     assert stats["bytes_read"] == want
-    # another episode's sample in the same files: footers are cached, three row groups again
+    # another episode's sample in the same files: one steps row group and two chunks again
     ds.sample(4 * LOADER_STEPS)
-    assert ds.read_stats["footer_reads"] == 2 and len(reads) == 6
+    assert ds.read_stats["footer_reads"] == 1 and len(reads) == 2 and len(ranges) == 4
 
 
 def test_loader_reports_bytes_read_per_sample(loader_lake: FakeLake) -> None:

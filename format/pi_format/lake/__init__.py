@@ -12,11 +12,13 @@ from pi_format.lake.layout import LakeLayout
 from pi_format.lake.schemas import (
     EPISODES_SCHEMA,
     LOCATOR_COLUMNS,
+    NORM_STATS_COLUMNS,
     QUARANTINE_RELEASES_SCHEMA,
     QUARANTINE_SCHEMA,
     RAW_SCHEMA,
     STEPS_SCHEMA,
     TABLE_SCHEMAS,
+    UNINDEXED_COLUMNS,
     VIDEO_SCHEMA,
 )
 from pi_format.lake.visibility import (
@@ -45,6 +47,7 @@ __all__ = [
     "COMMIT_COLUMNS",
     "EPISODES_SCHEMA",
     "LOCATOR_COLUMNS",
+    "NORM_STATS_COLUMNS",
     "QUARANTINE_RELEASES_SCHEMA",
     "QUARANTINE_SCHEMA",
     "RAW_SCHEMA",
@@ -54,6 +57,7 @@ __all__ = [
     "TABLE_CONFIGURATION",
     "TABLE_SCHEMAS",
     "TXN_BUCKETS",
+    "UNINDEXED_COLUMNS",
     "VIDEO_SCHEMA",
     "EpisodeRows",
     "GroupCommit",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import pyarrow as pa
 
 f32_list = pa.list_(pa.float32())
+f64_list = pa.list_(pa.float64())
 
 RAW_SCHEMA = pa.schema(
     [
@@ -64,12 +65,34 @@ EPISODES_SCHEMA = pa.schema(
         # per camera (in `cameras` order) the row group of its chunk 0; chunk c is that + c,
         # one video row per row group
         pa.field("video_row_groups", pa.list_(pa.int32())),
+        # Statistics that merge over any selection without reading a step (pi_format.stats):
+        # float64 mean and M2 = Σ(x − mean)² per dimension (merge exactly) and a quantile sketch
+        # (merges with a bounded rank error); null in rows written before they existed.
+        pa.field("proprio_mean64", f64_list),
+        pa.field("proprio_m2", f64_list),
+        pa.field("proprio_sketch", pa.binary()),
+        pa.field("action_mean64", f64_list),
+        pa.field("action_m2", f64_list),
+        pa.field("action_sketch", pa.binary()),
     ]
 )
 
 # The columns of EPISODES_SCHEMA that say where rows are stored, not what an episode is: the
 # catalog does not index them, featurizers leave them null and LakeWriter fills them.
 LOCATOR_COLUMNS = ("steps_file", "steps_row_group", "video_file", "video_row_groups")
+# The mergeable statistics (pi_format.stats): read to merge, never filtered on, so the catalog
+# does not index them either (a sketch is ~2 kB of binary per feature).
+NORM_STATS_COLUMNS = (
+    "proprio_mean64",
+    "proprio_m2",
+    "proprio_sketch",
+    "action_mean64",
+    "action_m2",
+    "action_sketch",
+)
+# Every episodes column the catalog leaves out; all of them nullable (added after the first
+# lakes were written: `ensure_lake_tables` adds them to an older table).
+UNINDEXED_COLUMNS = LOCATOR_COLUMNS + NORM_STATS_COLUMNS
 
 STEPS_SCHEMA = pa.schema(
     [

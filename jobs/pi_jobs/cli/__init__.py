@@ -11,7 +11,7 @@ import logging
 import sys
 from collections.abc import Sequence
 
-from pi_jobs.cli import _audit, _catalog, _ingest, _quality, _quarantine, _stack, _stream, demo
+from pi_jobs.cli import _audit, _catalog, _ingest, _quality, _quarantine, _stack, _stream, _train, demo
 from pi_jobs.cli._stream import stream_config_from_args
 from pi_jobs.errors import PiJobsError
 from pi_jobs.settings import Settings
@@ -19,7 +19,7 @@ from pi_jobs.settings import Settings
 __all__ = ["build_parser", "main", "stream_config_from_args"]
 
 # The order of `pilake --help`.
-_COMMAND_GROUPS = (_stack, _ingest, _stream, _quarantine, _catalog, _audit, _quality, demo)
+_COMMAND_GROUPS = (_stack, _ingest, _stream, _quarantine, _catalog, _audit, _quality, _train, demo)
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -24,6 +24,7 @@ from pi_format import (
     VideoError,
 )
 from pi_format.lake import EpisodeRows
+from pi_format.stats import episode_stat_columns
 
 # codec name written to video.codec: H.264 Annex-B, IDR first (pi_format.video.ChunkedVideoEncoder)
 VIDEO_CODEC = "h264"
@@ -97,15 +98,11 @@ def _list_column(values: np.ndarray, value_type: pa.DataType) -> pa.ListArray:
     return pa.ListArray.from_arrays(offsets, flat)
 
 
-def _stats(name: str, values: np.ndarray) -> dict[str, list[float]]:
-    # float64 accumulation: a float32 mean over thousands of steps loses digits.
-    v = values.astype(np.float64)
-    return {
-        f"{name}_mean": v.mean(axis=0).astype(np.float32).tolist(),
-        f"{name}_std": v.std(axis=0).astype(np.float32).tolist(),
-        f"{name}_min": values.min(axis=0).tolist(),
-        f"{name}_max": values.max(axis=0).tolist(),
-    }
+def _stats(name: str, values: np.ndarray) -> dict[str, object]:
+    # mean/std/min/max (float32 lists; float64 accumulation: a float32 mean over thousands of
+    # steps loses digits) and the statistics that merge over any selection: float64 mean and
+    # M2, and the quantile sketch (pi_format.stats; pi_loader's Dataset.norm_stats merges them).
+    return episode_stat_columns(name, values)
 
 
 def _verify_chunks(episode_id: str, camera: str, chunks: list[Any], config: FeaturizeConfig) -> None:

@@ -1,0 +1,203 @@
+"""Trainer benchmark: data-wait fraction and samples/s of the reference policy (pi_train) with 0, 1
+and 2 pi_loader workers, in torch and JAX, on the CPU.
+
+The lake is the loader benchmark's (simulator -> featurize -> LakeWriter: 3 cameras at 224x224,
+proprio and actions at 15 Hz, intra-only H.264), built once per configuration and cached. Each
+(framework, workers) leg is one fresh `python -m pi_train CONFIG.json` process, so no leg warms
+another's caches or JIT; it trains the reference policy for a fixed number of steps (batch 32,
+16-step action chunk, every camera at the stored 224x224) and its step-time decomposition
+(`summary.json`: per-step data wait, host-to-device, compute, checkpoint, other; the first step,
+with compilation and worker start-up, apart) gives the figures. Compute runs on one thread in
+every torch leg (`threads=1`), so that the worker count is the only thing that changes between
+legs (pi_train's own default gives the step the cores the workers leave, which would change the
+compute side too); JAX uses XLA's own thread pool.
+
+    python -m benchmarks.trainer.run --quick --out DIR     # 6 episodes, 12 steps a leg (minutes)
+    python -m benchmarks.trainer.run                        # 12 episodes, 40 steps a leg
+
+Prints a table, writes DIR/trainer.json and DIR/trainer.png. The ratios it reports (measured side
+by side in one run, compared by `python -m benchmarks.check_baselines trainer`):
+`<framework>.speedup_2_vs_0_workers` (samples/s with 2 workers / with 0) and
+`<framework>.not_waiting_2_workers` (1 - the data-wait fraction with 2 workers).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from benchmarks.loader._data import DataConfig, build_lake
+
+HERE = Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+MODES: dict[str, dict[str, Any]] = {
+    # episodes of 4 s at 15 Hz: 60 samples each; 6 episodes (360 samples) hold 11 batches of 32
+    "quick": {"episodes": 6, "duration_s": 4.0, "steps": 12},
+    "full": {"episodes": 12, "duration_s": 4.0, "steps": 40},
+}
+BATCH = 32  # the loader benchmark's batch, and pi_train's default
+HORIZON = 16
+
+
+def _leg(lake: Path, out: Path, framework: str, workers: int, steps: int) -> dict[str, Any]:
+    from pi_train import TrainConfig
+
+    run = out / "legs" / f"{framework}-w{workers}"
+    if run.exists():
+        import shutil
+
+        shutil.rmtree(run)
+    config = TrainConfig(
+        lake=str(lake),
+        framework=framework,  # type: ignore[arg-type]
+        steps=steps,
+        batch_size=BATCH,
+        action_horizon=HORIZON,
+        workers=workers,
+        threads=1,
+        checkpoint_every=0,  # one checkpoint, after the last step (left out below)
+        log_every=max(steps // 4, 1),
+        out_dir=str(run),
+    )
+    run.mkdir(parents=True)
+    (run / "config.json").write_text(config.to_json())
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    for name in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
+        env.pop(name, None)
+    start = time.monotonic()
+    done = subprocess.run(
+        [sys.executable, "-m", "pi_train", str(run / "config.json")], env=env, capture_output=True, text=True
+    )
+    wall = time.monotonic() - start
+    if done.returncode != 0:
+        raise RuntimeError(f"leg {framework} / {workers} workers failed:\n{done.stderr[-3000:]}")
+    summary = json.loads((run / "summary.json").read_text())
+    ms = summary["ms_per_step"]
+    # The final checkpoint is the run's, not the step's: leave it out of the step time.
+    step_ms = ms["total"] - ms["checkpoint"]
+    return {
+        "framework": framework,
+        "workers": workers,
+        "steps_measured": summary["steps"],
+        "samples_per_s": round(BATCH / (step_ms / 1e3), 2),
+        "data_wait_fraction": round(ms["data_wait"] / step_ms, 4),
+        "ms_per_step": ms,
+        "warmup_ms": summary["warmup_ms"],
+        "verdict": summary["verdict"],
+        "library": summary.get("library"),
+        "wall_s": round(wall, 1),
+    }
+
+
+def ratios(legs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
+    """The side-by-side ratios per framework (see the module docstring).
+
+    Example:
+        >>> ratios(results["legs"])["torch"]["speedup_2_vs_0_workers"]
+        1.08
+    """
+    out: dict[str, dict[str, float | None]] = {}
+    for framework in sorted({leg["framework"] for leg in legs}):
+        by_workers = {leg["workers"]: leg for leg in legs if leg["framework"] == framework}
+        zero, two = by_workers.get(0), by_workers.get(2)
+        out[framework] = {
+            "speedup_2_vs_0_workers": None
+            if not (zero and two)
+            else round(two["samples_per_s"] / zero["samples_per_s"], 3),
+            "not_waiting_2_workers": None if not two else round(1 - two["data_wait_fraction"], 4),
+            "data_wait_fraction_0_workers": None if not zero else zero["data_wait_fraction"],
+            "data_wait_fraction_2_workers": None if not two else two["data_wait_fraction"],
+        }
+    return out
+
+
+def print_table(results: dict[str, Any]) -> None:
+    print(f"\ntrainer benchmark ({results['mode']}): batch {BATCH}, 3 cameras 224x224, CPU")
+    print(f"{'framework':<10}{'workers':>8}{'samples/s':>11}{'data wait':>11}{'compute ms':>12}  verdict")
+    for leg in results["legs"]:
+        print(
+            f"{leg['framework']:<10}{leg['workers']:>8}{leg['samples_per_s']:>11.1f}"
+            f"{leg['data_wait_fraction']:>10.1%}{leg['ms_per_step']['compute']:>12.1f}  {leg['verdict']}"
+        )
+    for framework, r in results["ratios"].items():
+        print(f"  {framework}: {r}")
+
+
+def plot(results: dict[str, Any], path: Path) -> None:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(10, 4))
+    frameworks = sorted({leg["framework"] for leg in results["legs"]})
+    width = 0.8 / max(len(frameworks), 1)
+    for i, framework in enumerate(frameworks):
+        legs = [leg for leg in results["legs"] if leg["framework"] == framework]
+        xs = [leg["workers"] + (i - (len(frameworks) - 1) / 2) * width for leg in legs]
+        left.bar(xs, [leg["samples_per_s"] for leg in legs], width=width, label=framework)
+        right.bar(xs, [100 * leg["data_wait_fraction"] for leg in legs], width=width, label=framework)
+    for ax, label in ((left, "samples/s"), (right, "data wait, % of step time")):
+        ax.set_xlabel("pi_loader workers")
+        ax.set_ylabel(label)
+        ax.set_xticks(sorted({leg["workers"] for leg in results["legs"]}))
+        ax.legend(fontsize=8)
+    fig.suptitle(f"reference policy on the CPU ({results['mode']}, batch {BATCH}, 3 x 224x224)", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--quick", action="store_true", help="6 episodes, 12 steps a leg")
+    parser.add_argument("--out", type=Path, default=HERE / "results")
+    parser.add_argument("--frameworks", default="torch,jax")
+    parser.add_argument("--workers", default="0,1,2")
+    parser.add_argument("--steps", type=int, default=None, help="steps per leg (default: by mode)")
+    args = parser.parse_args(argv)
+    mode = "quick" if args.quick else "full"
+    settings = MODES[mode]
+    steps = args.steps or settings["steps"]
+    data = DataConfig(episodes=settings["episodes"], duration_s=settings["duration_s"], rate_hz=15.0)
+    args.out.mkdir(parents=True, exist_ok=True)
+    started = time.monotonic()
+    # The data is cached beside the benchmark's default results (git-ignored), whatever --out is.
+    lake = build_lake(data, HERE / "results" / "data" / data.key)
+    legs = []
+    for framework in args.frameworks.split(","):
+        for workers in (int(w) for w in args.workers.split(",")):
+            print(f"leg: {framework}, {workers} workers, {steps} steps", flush=True)
+            legs.append(_leg(lake, args.out, framework, workers, steps))
+    results = {
+        "benchmark": "trainer",
+        "mode": mode,
+        "data": {
+            "episodes": data.episodes,
+            "samples": data.episodes * int(data.duration_s * data.rate_hz),
+            "cameras": 3,
+            "frame": f"{data.size_px}x{data.size_px}x3 uint8",
+            "rate_hz": data.rate_hz,
+        },
+        "config": {"batch_size": BATCH, "action_horizon": HORIZON, "steps": steps, "torch_threads": 1},
+        "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
+        "legs": legs,
+        "ratios": ratios(legs),
+        "elapsed_s": round(time.monotonic() - started, 1),
+    }
+    (args.out / "trainer.json").write_text(json.dumps(results, indent=2))
+    plot(results, args.out / "trainer.png")
+    print_table(results)
+    print(f"wrote {args.out / 'trainer.json'} and {args.out / 'trainer.png'}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

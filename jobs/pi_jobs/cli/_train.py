@@ -1,0 +1,111 @@
+"""`pilake train`: the reference trainer (pi_train) on a selection of the lake.
+
+Arguments become a `pi_train.TrainConfig` here; pi_train (and torch or JAX) is imported only
+when the command runs, so the rest of `pilake` never loads a framework.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from pi_jobs.settings import Settings
+
+
+def _image_size(text: str) -> tuple[int, int]:
+    parts = text.lower().replace("x", ",").split(",")
+    try:
+        values = [int(p) for p in parts if p]
+    except ValueError as err:
+        raise argparse.ArgumentTypeError(f"--image-size must be N or HxW, got {text!r}") from err
+    if len(values) == 1:
+        return values[0], values[0]
+    if len(values) == 2:
+        return values[0], values[1]
+    raise argparse.ArgumentTypeError(f"--image-size must be N or HxW, got {text!r}")
+
+
+def train_config_from_args(settings: Settings, args: argparse.Namespace) -> Any:
+    """The `pi_train.TrainConfig` of a parsed `pilake train` command line.
+
+    Example:
+        >>> args = build_parser().parse_args(["train", "--sql", "SELECT episode_id FROM episodes"])
+        >>> train_config_from_args(Settings.from_env(), args).framework
+        'torch'
+    """
+    from pi_train import TrainConfig
+
+    return TrainConfig(
+        lake=args.lake or settings.lake_root,
+        catalog=args.catalog or settings.catalog_path,
+        sql=args.sql,
+        dataset=args.dataset,
+        framework=args.framework,
+        steps=args.steps,
+        batch_size=args.batch_size,
+        workers=args.workers,
+        # Under PILAKE_HOME by default: state of the installation, git-ignored like the lake.
+        out_dir=args.out or str(settings.home / "runs" / f"train-{args.framework}"),
+        checkpoint_dir=args.checkpoint_dir,
+        checkpoint_every=args.checkpoint_every,
+        resume=args.resume,
+        seed=args.seed,
+        learning_rate=args.lr,
+        loss=args.loss,
+        cameras=tuple(args.cameras.split(",")) if args.cameras else None,
+        action_horizon=args.action_horizon,
+        image_size=args.image_size,
+        log_every=args.log_every,
+        log_batches=args.log_batches,
+        device=args.device,
+    )
+
+
+def _cmd_train(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_train import launch, train
+
+    config = train_config_from_args(settings, args)
+    if args.nproc > 1:
+        return int(launch(config, args.nproc))
+    result = train(config)
+    print(f"pilake train: step {result.step}, loss {result.losses[-1] if result.losses else 'n/a'}")
+    print(f"  logs, timing.png and summary.json in {result.out_dir}; checkpoints in {config.checkpoints}")
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register this group's commands on the `pilake` parser."""
+    p = sub.add_parser(
+        "train",
+        help="train the reference policy (torch or JAX) on a selection of the lake",
+        description="Train the reference policy on a snapshot of the lake. Select episodes with --sql "
+        "or --dataset (a snapshot name in the catalog); with neither, every committed episode.",
+    )
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--sql", default=None, help="ClickHouse SQL over the catalog returning episode_id")
+    which.add_argument("--dataset", default=None, help="the name of a snapshot stored in the catalog")
+    p.add_argument("--framework", choices=("torch", "jax"), default="torch")
+    p.add_argument("--steps", type=int, default=100, help="optimizer steps to reach")
+    p.add_argument("--batch-size", type=int, default=32, help="samples per process per step")
+    p.add_argument("--workers", type=int, default=2, help="pi_loader worker processes per process")
+    p.add_argument("--nproc", type=int, default=1, help="data-parallel processes on this host")
+    p.add_argument(
+        "--out", default=None, help="logs, timing.png, summary.json (default .pilake/runs/train-FRAMEWORK)"
+    )
+    p.add_argument("--checkpoint-dir", default=None, help="default: OUT/checkpoints")
+    p.add_argument(
+        "--checkpoint-every", type=int, default=100, help="steps between checkpoints (0: only at the end)"
+    )
+    p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--lr", type=float, default=3e-4)
+    p.add_argument("--loss", choices=("l2", "l1"), default="l2")
+    p.add_argument("--cameras", default=None, help="comma-separated cameras (default: all)")
+    p.add_argument("--action-horizon", type=int, default=16)
+    p.add_argument("--image-size", type=_image_size, default=None, help="resize frames: N or HxW")
+    p.add_argument("--log-every", type=int, default=10, help="steps per timing window")
+    p.add_argument("--log-batches", action="store_true", help="log each batch's digest and sample ids")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument("--lake", default=None, help="default: $PILAKE_LAKE or .pilake/lake")
+    p.add_argument("--catalog", default=None, help="default: $PILAKE_CATALOG or .pilake/catalog")
+    p.set_defaults(func=_cmd_train)

@@ -1,0 +1,333 @@
+"""A host-wide index of the chunks of each video file, so a cold sample reads its chunk without
+parsing the file's Parquet footer.
+
+A video file of a group commit holds one row group per chunk (SPEC.md §7.8): ~5,000 one-row row
+groups for 50 episodes, a footer of ~400 kB that pyarrow parses into ~5 MB. Under a global
+shuffle of a large lake the per-process footer cache rarely hits, so every cold sample used to
+read and parse a whole footer to fetch a ~12 kB chunk. Instead, the first process of a host
+that needs a video file indexes it once: from the footer, the (offset, size) of the `data`
+column chunk of every row group, and from the file's small columns the row each chunk belongs
+to (a hash of episode_id/attempt_id/camera, chunk_index, first_frame, frame_count, width,
+height). It writes that int64 array [row groups, 8] atomically as `<sha1>.npy` under the host's
+index directory (`index_directory`), and every process then maps it (`np.load(mmap_mode="r")`:
+address space and shared page cache, not per-process memory).
+
+A chunk is then one ranged read of its column chunk: a Parquet v1 data page,
+[PageHeader (Thrift compact)][4-byte little-endian length L][L bytes]. `page_value` reads the
+header's first three fields (type, uncompressed and compressed size), checks them against the
+index's size and returns the last L bytes.
+
+Checks: the footer-free path keeps every check of the row-group path. The locator says which
+row group holds (episode, attempt, camera, chunk); the index says what that row group holds,
+as read from the file itself when it was indexed, so `_video` compares the two as before (the
+identity through its 64-bit hash). What the footer-free path trusts is that the file did not
+change since it was indexed (Delta data files are immutable and the index is keyed by the
+file's URI and size), and the page header check catches a file that did.
+
+Files the writer did not lay out this way (compressed or dictionary-encoded `data`, a nullable
+`data` column, row groups of several rows, page v2, another codec) get an empty index, and
+`_video` reads them through pyarrow as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import os
+import tempfile
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from pi_loader._cache import CacheConfig
+from pi_loader._errors import PiLoaderError
+from pi_loader._lru import WeightedLRU
+from pi_loader._row_groups import RowGroupReader
+
+# Columns of an index row (one per row group of the video file).
+OFFSET, SIZE, ROW_KEY, CHUNK_INDEX, FIRST_FRAME, FRAME_COUNT, WIDTH, HEIGHT = range(8)
+_INDEX_COLUMNS = 8
+# The small columns read once to index a file (besides the footer).
+_ROW_COLUMNS = (
+    "episode_id", "attempt_id", "camera", "chunk_index", "first_frame", "frame_count", "codec",
+    "width", "height",
+)  # fmt: skip
+_DATA = "data"
+_LEVEL_ENCODINGS = frozenset({"RLE", "BIT_PACKED"})  # listed for levels; `data` has none
+# Indexes kept open per process: a memmap costs a file descriptor and address space; one held
+# in memory (no index directory) costs its bytes, so the bound is in bytes, a memmap weighing 1 kB.
+_OPEN_INDEXES = 256
+_INDEX_MEMORY_BYTES = 32 * 2**20
+_MEMMAP_WEIGHT = 1024
+_LOCK_STRIPES = 64
+_PAGE_HEADER_PROBE = 64  # bytes read of a chunk to check its page header when indexing
+_I32_FIELD = 0x15  # thrift compact: field id delta 1, type i32
+_DATA_PAGE = 0
+
+
+def index_directory(lake_root: str, cache: CacheConfig | None) -> str:
+    """Where this host keeps the chunk indexes of the lake at `lake_root`: under the disk cache's
+    directory when there is one (`<cache>/chunk-index/<sha1 of the root>`), else under the temp
+    directory (`$TMPDIR/pilake-chunk-index-<uid>/<sha1 of the root>`)."""
+    digest = hashlib.sha1(lake_root.rstrip("/").encode()).hexdigest()
+    if cache is not None:
+        return str(Path(cache.directory) / "chunk-index" / digest)
+    return str(Path(tempfile.gettempdir()) / f"pilake-chunk-index-{os.getuid()}" / digest)
+
+
+def row_key(episode_id: str, attempt_id: str, camera: str) -> int:
+    """The 64-bit identity of a video row's (episode, attempt, camera), as the index stores it."""
+    digest = hashlib.blake2b(f"{episode_id}\0{attempt_id}\0{camera}".encode(), digest_size=8).digest()
+    return int.from_bytes(digest, "little", signed=True)
+
+
+class ChunkIndex:
+    """The chunk indexes of a lake's video files on this host: built once per host, mapped by
+    every process. Thread-safe, picklable (only the directory travels). `directory=None` keeps
+    each index in this process only. Counter (this process): `builds` (files indexed here).
+
+    Example:
+        >>> index = ChunkIndex(index_directory("/data/lake", None))
+        >>> entries = index.entries(reader, uri, reader.local_path(uri, table="video", version=3))
+        >>> offset, size = entries[group, OFFSET], entries[group, SIZE]   # entries.size == 0: no index
+    """
+
+    def __init__(self, directory: str | None) -> None:
+        self._directory = directory
+        self._reset()
+
+    def _reset(self) -> None:
+        self._lock = threading.Lock()
+        self._open: WeightedLRU[str, np.ndarray] = WeightedLRU(_INDEX_MEMORY_BYTES, max_items=_OPEN_INDEXES)
+        self._writable = self._directory is not None
+        self.builds = 0
+
+    def __getstate__(self) -> dict[str, Any]:
+        return {"directory": self._directory}
+
+    def __setstate__(self, state: dict[str, Any]) -> None:
+        self._directory = state["directory"]
+        self._reset()
+
+    @property
+    def directory(self) -> str | None:
+        return self._directory
+
+    def entries(self, reader: RowGroupReader, uri: str, path: str) -> np.ndarray:
+        """The index of the video file `uri` (at local `path`): int64 [row groups, 8], columns
+        OFFSET, SIZE, ROW_KEY, CHUNK_INDEX, FIRST_FRAME, FRAME_COUNT, WIDTH, HEIGHT; empty when
+        the file is not laid out for footer-free reads. Built (through `reader`, whose counters
+        count the footer and the small columns) when no process of this host has built it yet."""
+        with self._lock:
+            found = self._open.get(uri)
+        if found is not None:
+            return found
+        file_size = os.stat(path).st_size
+        name = hashlib.sha1(f"{uri}\n{file_size}".encode()).hexdigest()
+        entries = self._load(name)
+        if entries is None:
+            with self._build_lock(name):
+                entries = self._load(name)  # built by another process while this one waited
+                if entries is None:
+                    entries = build_entries(reader, uri, path, file_size)
+                    with self._lock:
+                        self.builds += 1
+                    self._save(name, entries)
+                    entries = _first(self._load(name), entries)  # mapped, not held, once saved
+        weight = _MEMMAP_WEIGHT if isinstance(entries, np.memmap) else max(entries.nbytes, 1)
+        with self._lock:
+            self._open.put(uri, entries, weight=weight)
+        return entries
+
+    def _load(self, name: str) -> np.ndarray | None:
+        if self._directory is None:
+            return None
+        file = os.path.join(self._directory, name + ".npy")
+        try:
+            try:
+                entries = np.load(file, mmap_mode="r")
+            except ValueError:  # an empty index (a file left to the row-group path) cannot be mapped
+                entries = np.load(file)
+        except (OSError, ValueError):  # missing, unreadable or not an index: build it (again)
+            return None
+        if entries.dtype != np.int64 or entries.ndim != 2 or entries.shape[1] != _INDEX_COLUMNS:
+            return None
+        return np.asarray(entries) if entries.size == 0 else entries
+
+    def _save(self, name: str, entries: np.ndarray) -> None:
+        if not self._writable or self._directory is None:
+            return
+        tmp = os.path.join(self._directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
+        try:
+            with open(tmp, "wb") as f:
+                np.save(f, entries, allow_pickle=False)
+            os.replace(tmp, os.path.join(self._directory, name + ".npy"))
+        except OSError:
+            # A read-only or full disk: index in this process only (its memory LRU still bounds it).
+            self._writable = False
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+    @contextlib.contextmanager
+    def _build_lock(self, name: str) -> Iterator[None]:
+        """Striped fcntl lock: processes that miss the same file at once index it once."""
+        fd = -1
+        if self._writable and self._directory is not None:
+            try:
+                locks = os.path.join(self._directory, "locks")
+                os.makedirs(locks, exist_ok=True)
+                stripe = os.path.join(locks, f"{int(name[:8], 16) % _LOCK_STRIPES:02d}")
+                fd = os.open(stripe, os.O_RDWR | os.O_CREAT, 0o644)
+                fcntl.flock(fd, fcntl.LOCK_EX)
+            except OSError:
+                self._writable = False
+                if fd >= 0:
+                    os.close(fd)
+                fd = -1
+        try:
+            yield
+        finally:
+            if fd >= 0:
+                os.close(fd)  # releases the lock
+
+
+def _first(mapped: np.ndarray | None, built: np.ndarray) -> np.ndarray:
+    return built if mapped is None else mapped
+
+
+def build_entries(reader: RowGroupReader, uri: str, path: str, file_size: int) -> np.ndarray:
+    """Index the video file `uri` at local `path` (see the module docstring); an empty array
+    [0, 8] when its layout does not allow footer-free reads (its footer then stays in the
+    reader's footer cache, for the row-group reads that follow)."""
+    metadata = reader.footer(uri, path, keep=False)
+    located = _data_chunks(metadata, file_size)
+    if located is not None:
+        rows = reader.read_columns(uri, path, metadata, _ROW_COLUMNS)
+        if set(rows.column("codec").unique().to_pylist()) == {"h264"} and all(
+            _page_header_fits(reader, uri, path, int(located[g, 0]), int(located[g, 1]))
+            for g in {0, len(located) - 1}
+        ):
+            keys = [
+                row_key(e, a, c)
+                for e, a, c in zip(
+                    rows.column("episode_id").to_pylist(),
+                    rows.column("attempt_id").to_pylist(),
+                    rows.column("camera").to_pylist(),
+                    strict=True,
+                )
+            ]
+            entries = np.empty((len(located), _INDEX_COLUMNS), np.int64)
+            entries[:, OFFSET : SIZE + 1] = located
+            entries[:, ROW_KEY] = keys
+            for column, name in (
+                (CHUNK_INDEX, "chunk_index"), (FIRST_FRAME, "first_frame"), (FRAME_COUNT, "frame_count"),
+                (WIDTH, "width"), (HEIGHT, "height"),
+            ):  # fmt: skip
+                entries[:, column] = rows.column(name).to_numpy()
+            return entries
+    reader.keep_footer(uri, metadata)
+    return np.zeros((0, _INDEX_COLUMNS), np.int64)
+
+
+def _data_chunks(metadata: pq.FileMetaData, file_size: int) -> np.ndarray | None:
+    """(offset, size) [row groups, 2] of the `data` column chunks, or None unless every row group
+    is one row whose `data` chunk is a single plain, uncompressed, dictionary-free page of a
+    required, flat BYTE_ARRAY column inside the file."""
+    schema = metadata.schema
+    j = next((j for j in range(len(schema)) if schema.column(j).path == _DATA), None)
+    if j is None or metadata.num_row_groups == 0:
+        return None
+    column = schema.column(j)
+    if column.physical_type != "BYTE_ARRAY" or column.max_definition_level or column.max_repetition_level:
+        return None
+    out = np.empty((metadata.num_row_groups, 2), np.int64)
+    for g in range(metadata.num_row_groups):
+        group = metadata.row_group(g)
+        chunk = group.column(j)
+        if (
+            group.num_rows != 1
+            or chunk.num_values != 1
+            or chunk.compression != "UNCOMPRESSED"
+            or chunk.dictionary_page_offset is not None
+            or "PLAIN" not in chunk.encodings
+            or not set(chunk.encodings) <= _LEVEL_ENCODINGS | {"PLAIN"}
+            or chunk.total_compressed_size != chunk.total_uncompressed_size
+            or not 0 <= chunk.data_page_offset <= file_size - chunk.total_compressed_size
+        ):
+            return None
+        out[g] = chunk.data_page_offset, chunk.total_compressed_size
+    return out
+
+
+def _page_header_fits(reader: RowGroupReader, uri: str, path: str, offset: int, size: int) -> bool:
+    """Whether the chunk at [offset, offset + size) starts with a v1 data page header of its size
+    (reads the header only: a file of data page v2 is left to the row-group path)."""
+    probe = reader.read_range(uri, path, offset, min(size, _PAGE_HEADER_PROBE))
+    try:
+        _page_sizes(probe, size)
+    except _PageError:
+        return False
+    return True
+
+
+class _PageError(Exception):
+    pass
+
+
+def page_value(raw: bytes, uri: str, group: int) -> bytes:
+    """The PLAIN BYTE_ARRAY value of the one-value v1 data page that is the column chunk `raw`
+    (row group `group` of the video file `uri`).
+
+    Raises:
+        PiLoaderError: `raw` is not such a page (names the file and row group).
+    """
+    try:
+        header_bytes, compressed = _page_sizes(raw, len(raw))
+        length = int.from_bytes(raw[header_bytes : header_bytes + 4], "little")
+        if compressed < 4 or length != compressed - 4:
+            raise _PageError(
+                f"its PLAIN value says {length} bytes, the page holds {compressed - 4} after the length"
+            )
+    except _PageError as err:
+        raise PiLoaderError(
+            f"video file {uri}, row group {group}: the `data` column chunk read from the file's chunk "
+            f"index ({len(raw)} bytes) is not a one-value plain uncompressed v1 data page: {err}. The "
+            "file changed since it was indexed, or is corrupt"
+        ) from None
+    return raw[header_bytes + 4 :]
+
+
+def _page_sizes(raw: bytes, size: int) -> tuple[int, int]:
+    """(header bytes, page bytes) of the data page that starts `raw`, a column chunk of `size`
+    bytes: fields 1-3 of the Thrift compact PageHeader (type, uncompressed_page_size,
+    compressed_page_size), i32 zigzag varints; the page must fill the chunk after its header."""
+    fields: list[int] = []
+    pos = 0
+    for field_id in (1, 2, 3):
+        if pos >= len(raw) or raw[pos] != _I32_FIELD:
+            found = f"byte {raw[pos]:#04x}" if pos < len(raw) else "the end of the bytes"
+            raise _PageError(f"PageHeader field {field_id} should be an i32 (0x15), found {found}")
+        value, shift, pos = 0, 0, pos + 1
+        while True:
+            if pos >= len(raw) or shift > 28:
+                raise _PageError(f"PageHeader field {field_id} is not a valid varint")
+            byte = raw[pos]
+            value |= (byte & 0x7F) << shift
+            pos, shift = pos + 1, shift + 7
+            if not byte & 0x80:
+                break
+        fields.append((value >> 1) ^ -(value & 1))
+    page_type, uncompressed, compressed = fields
+    if page_type != _DATA_PAGE:
+        raise _PageError(f"page type {page_type}, not DATA_PAGE (0)")
+    if uncompressed != compressed:
+        raise _PageError(f"page sizes {uncompressed} (uncompressed) != {compressed} (compressed)")
+    header_bytes = size - compressed
+    if compressed < 0 or header_bytes <= pos:
+        raise _PageError(f"a page of {compressed} bytes does not fit a {size}-byte chunk after its header")
+    return header_bytes, compressed

@@ -1,0 +1,60 @@
+"""Normalization statistics of a dataset's snapshot, merged from its episodes rows.
+
+`Dataset.norm_stats()` reads, at the snapshot's pinned episodes version, only the statistics
+columns of the selected episodes rows (never a step or a frame) and merges them with
+`pi_format.stats.merge_norm_stats`: exact moments (count, mean, std, min, max) and q01/q99 from
+the per-episode quantile sketches, within `NormStats.rank_error_bound`. The sketches are read
+on demand, not when the dataset opens, so opening a large selection costs what it did.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+import pyarrow.dataset as pads
+from pi_format import LakeLayout
+from pi_format.lake import latest_commits
+from pi_format.stats import NormStats, merge_norm_stats
+
+from pi_loader._errors import SnapshotError
+from pi_loader._lake import _read, resolve_tables
+from pi_loader._snapshot import Snapshot
+from pi_loader._storage import Storage
+
+# sample key -> the episodes columns' feature name (as in Dataset.stats and batches)
+FEATURES = {"observation.state": "proprio", "action": "action"}
+_STATS = ("mean", "std", "min", "max", "mean64", "m2", "sketch")
+COLUMNS = (
+    "episode_id",
+    "attempt_id",
+    "committed_at_ns",
+    "step_count",
+    *(f"{kind}_{s}" for kind in FEATURES.values() for s in _STATS),
+)
+
+
+def read_norm_stats(
+    layout: LakeLayout,
+    storage: Storage,
+    snapshot: Snapshot,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, NormStats]:
+    """{"observation.state": ..., "action": ...} over the snapshot's episodes (see module doc).
+
+    Raises:
+        SnapshotError: the episodes table at the pinned version lacks a selected attempt.
+        SnapshotDataMissingError: its files are gone (vacuumed).
+    """
+    files, _ = resolve_tables(layout, snapshot.table_versions, storage_options)
+    ids = list(snapshot.episode_ids)
+    rows = _read(files, storage, ids, list(COLUMNS), pads.field("episode_id").isin(ids))
+    rows = latest_commits(rows) if rows.num_rows else rows
+    got = rows.column("episode_id").to_pylist() if rows.num_rows else []
+    if got != ids or rows.column("attempt_id").to_pylist() != list(snapshot.attempt_ids):
+        raise SnapshotError(
+            f"the episodes table at version {snapshot.table_versions['episodes']} does not hold the "
+            f"snapshot's {len(ids)} committed attempts (found {len(got)} episodes)"
+        )
+    # columns a lake predates (older rows) read as absent: the merge treats them as null
+    merged = merge_norm_stats(rows, tuple(FEATURES.values()))
+    return {key: merged[kind] for key, kind in FEATURES.items()}

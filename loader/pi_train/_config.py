@@ -1,0 +1,234 @@
+"""`TrainConfig` (what a run trains on and how) and `ProcessGroup` (which process of a run this is).
+
+Both are parsed once at the edge (the `pilake train` CLI, or `python -m pi_train CONFIG.json`
+for each process of a multi-process run) and passed down frozen.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import Mapping
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Any, Literal
+
+Framework = Literal["jax", "torch"]
+FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
+LOSSES: tuple[str, ...] = ("l2", "l1")
+DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
+# The reference encoder's first two convolutions (8x8 stride 4, then 4x4 stride 2) need >= 20 px.
+MIN_IMAGE_PX = 20
+
+
+def _positive_int(name: str, value: object, low: int = 1) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < low:
+        raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
+
+
+@dataclass(frozen=True, slots=True)
+class TrainConfig:
+    """One training run of the reference policy.
+
+    Args:
+        lake: the lake root (path or URI).
+        framework: "torch" or "jax".
+        steps: optimizer steps to reach (a resumed run continues up to this step).
+        sql: ClickHouse SQL over the catalog returning `episode_id` (needs `catalog`).
+        dataset: the name of a snapshot stored in the catalog (needs `catalog`); with neither
+            `sql` nor `dataset`, every committed episode of the lake.
+        catalog: the catalog location (chdb path or http(s) URL).
+        out_dir: where the run writes its logs, plots, snapshot and (by default) checkpoints.
+        checkpoint_dir: where checkpoints go; None: `<out_dir>/checkpoints`.
+        checkpoint_every: write a checkpoint every this many steps (0: only at the end).
+        resume: continue from the latest checkpoint (the run's pinned snapshot is reused).
+        batch_size: samples per process per step (the global batch is this x processes).
+        workers: pi_loader worker processes per training process (0: read in the training loop).
+        prefetch_batches: batches the loader keeps in flight.
+        seed: seed of the model's initialisation and of pi_loader's order.
+        learning_rate: Adam's learning rate.
+        loss: "l2" or "l1", on normalized actions, padded steps masked out.
+        cameras: cameras to use (None: every camera the selection has).
+        action_horizon: actions predicted per sample (the action chunk).
+        image_size: (height, width) the loader resizes frames to; None keeps the stored size.
+        log_every: steps per timing window (step-time decomposition, JSONL and PNG).
+        log_batches: also log each step's batch fingerprint and (episode_id, step) ids.
+        device: "auto" (CUDA when torch sees one; JAX's default backend), "cpu" or "cuda".
+        threads: torch's intra-op CPU threads; None: the host's cores per process, less the
+            loader's workers, at least 1 (see `compute_threads`).
+        plot: draw `timing.png` at the end.
+
+    Raises:
+        ValueError: an option out of range (the message names it).
+
+    Example:
+        >>> TrainConfig(lake=".pilake/lake", sql="SELECT episode_id FROM episodes", catalog=".pilake/catalog",
+        ...             framework="jax", steps=200, batch_size=32, workers=2)
+    """
+
+    lake: str
+    framework: Framework = "torch"
+    steps: int = 100
+    sql: str | None = None
+    dataset: str | None = None
+    catalog: str | None = None
+    out_dir: str = "runs/train"
+    checkpoint_dir: str | None = None
+    # Every 100 steps: a CPU checkpoint of the reference model is ~1 MB, a second or less.
+    checkpoint_every: int = 100
+    resume: bool = False
+    # 32 is the loader benchmark's batch and a usual policy batch per device.
+    batch_size: int = 32
+    # 2 workers: one per core on the small machines this runs on; more on a real host.
+    workers: int = 2
+    prefetch_batches: int = 4
+    seed: int = 0
+    learning_rate: float = 3e-4
+    loss: str = "l2"
+    cameras: tuple[str, ...] | None = None
+    # 16 actions: the ACT / diffusion-policy chunk (pi_loader's SampleSpec default).
+    action_horizon: int = 16
+    image_size: tuple[int, int] | None = None
+    # 10 steps per window: enough to average out single slow batches, fine enough to plot.
+    log_every: int = 10
+    log_batches: bool = False
+    device: str = "auto"
+    threads: int | None = None
+    plot: bool = True
+
+    def __post_init__(self) -> None:
+        if not isinstance(self.lake, str) or not self.lake:
+            raise ValueError(f"lake must be a non-empty path or URI, got {self.lake!r}")
+        if self.framework not in FRAMEWORKS:
+            raise ValueError(f"framework must be one of {FRAMEWORKS}, got {self.framework!r}")
+        _positive_int("steps", self.steps)
+        _positive_int("batch_size", self.batch_size)
+        _positive_int("prefetch_batches", self.prefetch_batches)
+        _positive_int("action_horizon", self.action_horizon)
+        _positive_int("log_every", self.log_every)
+        _positive_int("workers", self.workers, 0)
+        _positive_int("checkpoint_every", self.checkpoint_every, 0)
+        _positive_int("seed", self.seed, 0)
+        if self.threads is not None:
+            _positive_int("threads", self.threads)
+        if self.sql is not None and self.dataset is not None:
+            raise ValueError("pass sql or dataset (a snapshot name), not both")
+        if (self.sql is not None or self.dataset is not None) and not self.catalog:
+            raise ValueError("sql and dataset need catalog (the catalog path or URL)")
+        if not isinstance(self.learning_rate, int | float) or not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
+        if self.loss not in LOSSES:
+            raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.device not in DEVICES:
+            raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
+        if self.cameras is not None:
+            if isinstance(self.cameras, str):
+                raise TypeError(f"cameras must be a sequence of names, got the str {self.cameras!r}")
+            object.__setattr__(self, "cameras", tuple(str(c) for c in self.cameras))
+        if self.image_size is not None:
+            size = tuple(self.image_size)
+            if len(size) != 2 or any(
+                isinstance(v, bool) or not isinstance(v, int) or v < MIN_IMAGE_PX for v in size
+            ):
+                raise ValueError(
+                    f"image_size must be (height, width) with ints >= {MIN_IMAGE_PX} (the encoder's "
+                    f"receptive field), got {self.image_size!r}"
+                )
+            object.__setattr__(self, "image_size", (int(size[0]), int(size[1])))
+
+    @property
+    def checkpoints(self) -> Path:
+        """The checkpoint directory (checkpoint_dir, or out_dir/checkpoints)."""
+        return Path(self.checkpoint_dir) if self.checkpoint_dir else Path(self.out_dir) / "checkpoints"
+
+    def to_json(self) -> str:
+        """The config as JSON (what `python -m pi_train CONFIG.json` reads).
+
+        Example:
+            >>> TrainConfig.from_json(config.to_json()) == config
+            True
+        """
+        return json.dumps(asdict(self), indent=1, sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> TrainConfig:
+        """Parse `to_json`'s output; unknown keys are an error (a config from another version)."""
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"a TrainConfig JSON must be an object, got {type(data).__name__}")
+        known = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - known)
+        if unknown:
+            raise ValueError(f"unknown TrainConfig fields {unknown}; known: {sorted(known)}")
+        for key in ("cameras", "image_size"):
+            if data.get(key) is not None:
+                data[key] = tuple(data[key])
+        return cls(**data)
+
+
+def compute_threads(config: TrainConfig, local_processes: int = 1) -> int:
+    """Intra-op threads for the training step: `config.threads`, or the cores left to each
+    process once its loader workers have theirs (at least 1).
+
+    Why not the framework's default (every core): the loader's workers decode on the same
+    cores, and OpenMP threads that wait for a busy core spin; on this 2-core host two torch
+    threads beside other work made a 5 ms step take 50-150 ms, one thread kept it at 5-8 ms.
+
+    Example:
+        >>> compute_threads(TrainConfig(lake="lake", workers=2), local_processes=1)  # 8 cores
+        6
+    """
+    if config.threads is not None:
+        return config.threads
+    cores = os.cpu_count() or 1
+    return max(1, cores // max(local_processes, 1) - config.workers)
+
+
+@dataclass(frozen=True, slots=True)
+class ProcessGroup:
+    """Which process of a data-parallel run this is, and where its coordinator listens.
+
+    Read from torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT and
+    LOCAL_WORLD_SIZE, the processes on this host), which `pi_train.launch` also sets; torch
+    uses them for its gloo/NCCL group, JAX for `jax.distributed.initialize(f"{addr}:{port}", ...)`.
+
+    Example:
+        >>> ProcessGroup.from_env({"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "29500"})
+        ProcessGroup(rank=1, world_size=2, address='127.0.0.1', port=29500, local_world_size=1)
+    """
+
+    rank: int = 0
+    world_size: int = 1
+    address: str = "127.0.0.1"
+    port: int = 29500
+    local_world_size: int = 1
+
+    def __post_init__(self) -> None:
+        _positive_int("world_size", self.world_size)
+        _positive_int("rank", self.rank, 0)
+        if self.rank >= self.world_size:
+            raise ValueError(f"rank must be < world_size={self.world_size}, got {self.rank}")
+        _positive_int("port", self.port)
+        _positive_int("local_world_size", self.local_world_size)
+
+    @property
+    def distributed(self) -> bool:
+        return self.world_size > 1
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> ProcessGroup:
+        env: Mapping[str, Any] = os.environ if environ is None else environ
+        try:
+            return cls(
+                rank=int(env.get("RANK", "0")),
+                world_size=int(env.get("WORLD_SIZE", "1")),
+                address=str(env.get("MASTER_ADDR", "127.0.0.1")),
+                port=int(env.get("MASTER_PORT", "29500")),
+                local_world_size=int(env.get("LOCAL_WORLD_SIZE", "1")),
+            )
+        except ValueError as err:
+            raise ValueError(
+                "RANK, WORLD_SIZE, MASTER_PORT and LOCAL_WORLD_SIZE must be integers, got "
+                f"{env.get('RANK')!r}, {env.get('WORLD_SIZE')!r}, {env.get('MASTER_PORT')!r}, "
+                f"{env.get('LOCAL_WORLD_SIZE')!r}: {err}"
+            ) from err

@@ -1,0 +1,83 @@
+"""`launch`: a data-parallel run of N local processes, each `python -m pi_train CONFIG.json`.
+
+Each process gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
+MASTER_PORT), so the same config also runs under `torchrun --nproc-per-node N -m pi_train
+CONFIG.json` or a cluster launcher that sets them. If one process fails, the others are stopped: a synchronous
+data-parallel run cannot go on without it, and they would wait in a collective until timeout.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import socket
+import subprocess
+import sys
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from pi_train._config import TrainConfig
+from pi_train._files import atomic_write
+
+
+def free_port() -> int:
+    """A TCP port free on loopback now (for the process group's coordinator)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def launch(
+    config: TrainConfig,
+    nproc: int,
+    *,
+    env: Mapping[str, str] | None = None,
+    python: str = sys.executable,
+) -> int:
+    """Run `config` in `nproc` local processes (ranks 0..nproc-1) and wait for them.
+
+    Writes `<out_dir>/config.json` and starts each rank with it. Returns 0 when every rank
+    succeeded, else the first failing rank's exit code (the others are terminated).
+
+    Example:
+        >>> launch(TrainConfig(lake=".pilake/lake", framework="jax", steps=100), nproc=2)
+        0
+    """
+    if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
+        raise ValueError(f"nproc must be an int >= 1, got {nproc!r}")
+    path = Path(config.out_dir) / "config.json"
+    text = config.to_json().encode()
+    atomic_write(path, lambda f: f.write(text))
+    port = free_port()
+    base = dict(os.environ if env is None else env)
+    procs = []
+    for rank in range(nproc):
+        rank_env = dict(
+            base,
+            RANK=str(rank),
+            WORLD_SIZE=str(nproc),
+            LOCAL_WORLD_SIZE=str(nproc),
+            MASTER_ADDR="127.0.0.1",
+            MASTER_PORT=str(port),
+        )
+        procs.append(subprocess.Popen([python, "-m", "pi_train", str(path)], env=rank_env))
+    failed = 0
+    try:
+        while any(p.poll() is None for p in procs):
+            codes = [p.returncode for p in procs if p.returncode not in (None, 0)]
+            if codes:
+                failed = codes[0]
+                break
+            time.sleep(0.2)
+    finally:
+        for p in procs:
+            if p.poll() is None:
+                p.terminate()
+        for p in procs:
+            with contextlib.suppress(subprocess.TimeoutExpired):
+                p.wait(timeout=30)
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+    return failed or next((p.returncode for p in procs if p.returncode), 0)
