@@ -58,25 +58,25 @@ def rank_error(values: np.ndarray, x: float, q: float) -> float:
 
 
 @contextlib.contextmanager
-def tight_limits(sort_limit: int, compact: int, model: int) -> Iterator[None]:
-    """Force the merge through its narrowing paths on small data."""
-    saved = (S._SORT_LIMIT, S._COMPACT, S._MODEL_KNOTS)
-    S._SORT_LIMIT, S._COMPACT, S._MODEL_KNOTS = sort_limit, compact, model
+def tight_limits(compact: int, model: int, probes: tuple[float, ...]) -> Iterator[None]:
+    """Force the merge through its narrowing paths (several passes, ties) on small data."""
+    saved = (S._COMPACT, S._MODEL_KNOTS, S._PROBES)
+    S._COMPACT, S._MODEL_KNOTS, S._PROBES = compact, model, probes
     try:
         yield
     finally:
-        S._SORT_LIMIT, S._COMPACT, S._MODEL_KNOTS = saved
+        S._COMPACT, S._MODEL_KNOTS, S._PROBES = saved
 
 
 def brute_quantile(sk: S.Sketches, q: float) -> np.ndarray:
     """The merge's definition, computed by sorting every knot with its mass."""
     if q in (0.0, 1.0):
-        return sk.knots[:, 0, :].min(axis=0) if q == 0 else sk.knots[:, -1, :].max(axis=0)
+        return sk.knots[:, :, 0].min(axis=0) if q == 0 else sk.knots[:, :, -1].max(axis=0)
     mass = np.diff(S.cumulative_masses(sk.counts, sk.grid), axis=1).ravel()  # [E * K]
     total = int(sk.counts.sum())
     out = []
-    for d in range(sk.knots.shape[2]):
-        v = sk.knots[:, :, d].ravel()
+    for d in range(sk.knots.shape[1]):
+        v = sk.knots[:, d, :].ravel()
         if q <= 0.5:
             order = np.argsort(v, kind="stable")
             at = np.searchsorted(np.cumsum(mass[order]), np.ceil(q * total), side="left")
@@ -123,10 +123,13 @@ def test_offset_data_keeps_its_spread() -> None:
 # -- quantiles -------------------------------------------------------------------------------
 
 
-@given(datasets(), st.sampled_from([(8, 64, 16), (1, 1, 4), (64, 4096, 64)]))
+LIMITS = [(64, 16, (-2.0, 2.0)), (1, 4, (-3.0, -1.0, 1.0, 3.0)), (4096, 64, (0.5,))]
+
+
+@given(datasets(), st.sampled_from(LIMITS))
 @settings(max_examples=60, deadline=None)
 def test_merge_is_the_step_function_of_every_knot(
-    episodes: list[np.ndarray], limits: tuple[int, int, int]
+    episodes: list[np.ndarray], limits: tuple[int, int, tuple[float, ...]]
 ) -> None:
     sk = S.decode_sketches([S.encode_sketch(e) for e in episodes])
     expected = np.stack([brute_quantile(sk, q) for q in QS])
@@ -189,11 +192,11 @@ def test_sketch_bytes_round_trip_and_reject_what_does_not_fit() -> None:
     blob = S.encode_sketch(values)
     assert len(blob) == S.SKETCH_HEADER_BYTES + 4 * S.GRID_V1.knots * 5
     sk = S.decode_sketches([blob, blob])
-    assert sk.counts.tolist() == [257, 257] and sk.knots.shape == (2, S.GRID_V1.knots, 5)
-    assert np.array_equal(sk.knots[1], np.sort(values, axis=0)[S.knot_indices(257)])
+    assert sk.counts.tolist() == [257, 257] and sk.knots.shape == (2, 5, S.GRID_V1.knots)
+    assert np.array_equal(sk.knots[1], np.sort(values, axis=0)[S.knot_indices(257)].T)
     both = S.decode_sketches([blob], [S.encode_sketch(values[:, :2])])  # two features side by side
-    assert both.knots.shape == (1, S.GRID_V1.knots, 7)
-    assert np.array_equal(both.knots[0, :, 5:], sk.knots[0, :, :2])
+    assert both.knots.shape == (1, 7, S.GRID_V1.knots)
+    assert np.array_equal(both.knots[0, 5:], sk.knots[0, :2])
     with pytest.raises(S.SketchError, match="not a v1"):
         S.decode_sketches([b"XXXX" + blob[4:]])
     with pytest.raises(S.SketchError, match="sizes"):
