@@ -405,7 +405,15 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         )
         if result.committed:
             self._record_in_catalog(result.episodes, result.version)
-        attempts = {w.rows.episode_id: w.attempt_id for w in group}
+        # the attempts that were committed, from the markers themselves: when a re-send landed in
+        # the same group as the original, the first copy is committed and the other is a duplicate
+        attempts = dict(
+            zip(
+                result.episodes.column("episode_id").to_pylist(),
+                result.episodes.column("attempt_id").to_pylist(),
+                strict=True,
+            )
+        )
         now = time.time_ns()
         for eid in result.committed:
             self.acks.send(Ack(eid, AckStatus.COMMITTED, attempts[eid], now))
