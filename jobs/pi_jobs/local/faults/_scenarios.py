@@ -30,6 +30,10 @@ from pi_jobs.local.faults._messages import (
 from pi_jobs.local.faults._result import FaultResult, make_result
 
 log = logging.getLogger("pi_jobs.local.faults")
+# How long a job that keeps failing may take to exhaust its restarts (3 in 5 minutes, each a new
+# Python worker that replays from the checkpoint): ~1 minute per cycle on a loaded 2-core CI
+# machine, where 180 s saw only 1 of the 3 restarts.
+FAIL_AFTER_RESTARTS_TIMEOUT_S = 480.0
 
 
 # -- 1. SIGKILL the stream job ----------------------------------------------------------------
@@ -256,7 +260,7 @@ def lake_unwritable(home: Path, jar_cache: Path, *, seed: int = 7500) -> FaultRe
                     up.submit(ep)
                 up.send_pending()
                 try:  # the running job must fail by itself (after its bounded restarts)
-                    failed_code = stream.proc.wait(timeout=STREAM_START_TIMEOUT_S)
+                    failed_code = stream.proc.wait(timeout=FAIL_AFTER_RESTARTS_TIMEOUT_S)
                 except subprocess.TimeoutExpired:
                     failed_code = stream.stop()
                 failed_output = stream.output()
