@@ -29,7 +29,9 @@ import pyarrow.parquet as pq
 # Columns with statistics in the Parquet footer: the ones a reader prunes or checks on. Stats on
 # every column of every one-row video row group would make the footer ~10% larger for nothing.
 _STATS_COLUMNS = ("episode_id", "attempt_id", "camera", "chunk_index", "first_frame", "step_index")
-_DICT_COLUMNS = ("episode_id", "attempt_id", "camera", "codec", "robot_id", "robot_type", "task")
+# String columns that repeat within a file keep dictionary encoding (every writer of the lake,
+# this module and delta-rs's through `table_writer_properties`).
+DICT_COLUMNS = ("episode_id", "attempt_id", "camera", "codec", "robot_id", "robot_type", "task")
 # Delta add-action statistics (data skipping) for these columns when present.
 _DELTA_STATS_COLUMNS = ("episode_id", "attempt_id")
 
@@ -116,7 +118,7 @@ def write_file(
             sink,
             table.schema,
             compression=compression,
-            use_dictionary=[c for c in _DICT_COLUMNS if c in names] if footer_statistics else False,
+            use_dictionary=[c for c in DICT_COLUMNS if c in names] if footer_statistics else False,
             write_statistics=[c for c in _STATS_COLUMNS if c in names] if footer_statistics else False,
         )
         start = 0

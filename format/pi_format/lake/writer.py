@@ -36,7 +36,7 @@ from typing import Any
 import pyarrow as pa
 
 from pi_format.lake._committed import CommittedEpisodes, read_file
-from pi_format.lake._files import WrittenFile, sort_steps, sort_video, write_file
+from pi_format.lake._files import DICT_COLUMNS, WrittenFile, sort_steps, sort_video, write_file
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.schemas import LOCATOR_COLUMNS, TABLE_SCHEMAS, UNINDEXED_COLUMNS
 
@@ -68,10 +68,9 @@ class EpisodeRows:
 # Rows per Parquet row group of the tables written through delta-rs (raw, quarantine): small
 # groups keep one message's read small. steps and video are laid out by `_files` instead.
 _ROW_GROUP_ROWS = {"steps": 1024, "video": 64, "raw": 64, "episodes": 1024, "quarantine": 1024}
-# String columns that repeat within a file keep dictionary encoding; everything else turns it
-# off, because dictionary-encoded floats make proprio files larger than raw (0.77x). delta-rs
-# ignores column_properties on nested leaves, hence the default-off + per-column-on shape.
-_DICT_COLUMNS = ("episode_id", "attempt_id", "camera", "codec", "robot_id", "robot_type", "task")
+# Dictionary encoding only on DICT_COLUMNS (repeated strings): dictionary-encoded floats make
+# proprio files larger than raw (0.77x). delta-rs ignores column_properties on nested leaves,
+# hence the default-off + per-column-on shape in `table_writer_properties`.
 
 # Table properties of a new lake, chosen on purpose (SPEC.md §7.8):
 # - a checkpoint every 100 commits: a checkpoint rewrites the whole table state, so with group
@@ -113,7 +112,7 @@ def table_writer_properties(name: str) -> Any:
     return WriterProperties(
         max_row_group_size=_ROW_GROUP_ROWS[name],
         default_column_properties=ColumnProperties(dictionary_enabled=False),
-        column_properties={c: ColumnProperties(dictionary_enabled=True) for c in _DICT_COLUMNS if c in names},
+        column_properties={c: ColumnProperties(dictionary_enabled=True) for c in DICT_COLUMNS if c in names},
     )
 
 
