@@ -30,9 +30,9 @@ from pi_jobs.local.faults._messages import (
 from pi_jobs.local.faults._result import FaultResult, make_result
 
 log = logging.getLogger("pi_jobs.local.faults")
-# How long a job that keeps failing may take to exhaust its restarts (3 in 5 minutes, each a new
-# Python worker that replays from the checkpoint): ~1 minute per cycle on a loaded 2-core CI
-# machine, where 180 s saw only 1 of the 3 restarts.
+# How long a job that keeps failing may take to exhaust its restarts (RESTART_ATTEMPTS in a row,
+# each a new Python worker that replays from the checkpoint, and each failure needing the
+# uploader's re-send once a checkpoint has passed the episodes): minutes on a loaded CI machine.
 FAIL_AFTER_RESTARTS_TIMEOUT_S = 480.0
 
 
@@ -239,6 +239,17 @@ def unwritable(path: Path) -> Iterator[bool]:
         subprocess.run(cmd_off, capture_output=True, check=False)
 
 
+def keep_uploading_until_exit(up: Any, stream: Any, timeout_s: float) -> list[Any]:
+    """Drive uploader `up` (send, re-send what got no ack, read acks) until the stream job's
+    process exits or `timeout_s` passes; the acks that came meanwhile."""
+    acks: list[Any] = []
+    deadline = time.monotonic() + timeout_s
+    while stream.proc.poll() is None and time.monotonic() < deadline and len(up.spool) > 0:
+        up.send_pending(deadline=min(deadline, time.monotonic() + 5.0))
+        acks += up.poll_acks(1.0)
+    return acks
+
+
 def lake_unwritable(home: Path, jar_cache: Path, *, seed: int = 7500) -> FaultResult:
     """Commit some episodes, make the lake immutable, upload more: the running `pilake stream`
     must exit non-zero naming the lake; once the lake is writable again a restart loses nothing."""
@@ -259,13 +270,17 @@ def lake_unwritable(home: Path, jar_cache: Path, *, seed: int = 7500) -> FaultRe
                 for ep in rest:
                     up.submit(ep)
                 up.send_pending()
-                try:  # the running job must fail by itself (after its bounded restarts)
-                    failed_code = stream.proc.wait(timeout=FAIL_AFTER_RESTARTS_TIMEOUT_S)
-                except subprocess.TimeoutExpired:
+                # The running job must fail by itself, after its bounded restarts. The robot keeps
+                # uploading meanwhile: the episodes waiting for a group commit are in the sink's
+                # memory only, so once a checkpoint has passed them a restart does not replay
+                # them, and only the uploader's re-send (no ack came) brings them back to fail on.
+                acked_while_unwritable = keep_uploading_until_exit(up, stream, FAIL_AFTER_RESTARTS_TIMEOUT_S)
+                failed_code = stream.proc.poll()
+                if failed_code is None:
                     failed_code = stream.stop()
                 failed_output = stream.output()
                 flink_restarts = stack.flink_restarts()  # the next run's JVM rewrites the log
-                committed_while_unwritable = up.poll_acks(0.5)
+                acked_while_unwritable += up.poll_acks(0.5)
             named = [line.strip() for line in failed_output.splitlines() if str(lake) in line]
             stream = stack.start_stream()
             upload = confirm_all(up, stream)
@@ -278,7 +293,7 @@ def lake_unwritable(home: Path, jar_cache: Path, *, seed: int = 7500) -> FaultRe
         {
             "episodes": len(episodes),
             "committed_before_fault": len(first),
-            "acked_while_unwritable": len(committed_while_unwritable),
+            "acked_while_unwritable": len(acked_while_unwritable),
             "failed_job_exit_code": failed_code,
             "flink_restarts_before_failing": flink_restarts,
             "failed_job_says_failed": "pilake stream: error: stream job failed" in failed_output,
