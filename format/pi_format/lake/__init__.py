@@ -21,6 +21,7 @@ from pi_format.lake.schemas import (
     UNINDEXED_COLUMNS,
     VIDEO_SCHEMA,
 )
+from pi_format.lake.tables import TABLE_CONFIGURATION, ensure_lake_tables, table_writer_properties
 from pi_format.lake.visibility import (
     COMMIT_COLUMNS,
     latest_commits,
@@ -32,14 +33,11 @@ from pi_format.lake.visibility import (
 from pi_format.lake.writer import (
     STAGE_COMMITTED,
     STAGE_ROWS_WRITTEN,
-    TABLE_CONFIGURATION,
     TXN_BUCKETS,
     EpisodeRows,
     GroupCommit,
     LakeWriter,
     bucket_app_id,
-    ensure_lake_tables,
-    table_writer_properties,
     writer_app_id,
 )
 

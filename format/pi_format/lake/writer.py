@@ -24,7 +24,6 @@ the rest.
 from __future__ import annotations
 
 import contextlib
-import functools
 import os
 import time
 import uuid
@@ -36,9 +35,10 @@ from typing import Any
 import pyarrow as pa
 
 from pi_format.lake._committed import CommittedEpisodes, read_file
-from pi_format.lake._files import DICT_COLUMNS, WrittenFile, sort_steps, sort_video, write_file
+from pi_format.lake._files import WrittenFile, sort_steps, sort_video, write_file
 from pi_format.lake.layout import LakeLayout
-from pi_format.lake.schemas import LOCATOR_COLUMNS, TABLE_SCHEMAS, UNINDEXED_COLUMNS
+from pi_format.lake.schemas import LOCATOR_COLUMNS, TABLE_SCHEMAS
+from pi_format.lake.tables import ensure_lake_tables, post_commit_hooks, table_writer_properties
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -65,23 +65,6 @@ class EpisodeRows:
         return str(self.episode.column("attempt_id")[0].as_py())
 
 
-# Rows per Parquet row group of the tables written through delta-rs (raw, quarantine): small
-# groups keep one message's read small. steps and video are laid out by `_files` instead.
-_ROW_GROUP_ROWS = {"steps": 1024, "video": 64, "raw": 64, "episodes": 1024, "quarantine": 1024}
-# Dictionary encoding only on DICT_COLUMNS (repeated strings): dictionary-encoded floats make
-# proprio files larger than raw (0.77x). delta-rs ignores column_properties on nested leaves,
-# hence the default-off + per-column-on shape in `table_writer_properties`.
-
-# Table properties of a new lake, chosen on purpose (SPEC.md §7.8):
-# - a checkpoint every 100 commits: a checkpoint rewrites the whole table state, so with group
-#   commits of ~1 s this is one rewrite every ~2 minutes per writer, while a reader replays at
-#   most 99 JSON commits on top of it;
-# - log entries kept 7 days: a long retention keeps millions of JSON files in _delta_log at one
-#   commit per second (listing them gets slow); pinned datasets do not rely on time travel.
-TABLE_CONFIGURATION = {
-    "delta.checkpointInterval": "100",
-    "delta.logRetentionDuration": "interval 7 days",
-}
 # Application-transaction buckets of episode ids (see the module doc): bounds the ids a
 # checkpoint carries; two concurrent group commits of 32 episodes share a bucket with p ~ 22%,
 # which costs the later one a re-read and a re-try, not a failure.
@@ -95,63 +78,6 @@ STAGE_ROWS_WRITTEN = "rows_written"
 STAGE_COMMITTED = "committed"
 # commitInfo key under which each commit carries a unique tag (to find its version afterwards)
 _COMMIT_TAG = "pilake.commit"
-
-
-def table_writer_properties(name: str) -> Any:
-    """The Parquet settings for appending to lake table `name` through delta-rs (a
-    `deltalake.WriterProperties`): small row groups, dictionary encoding only on repeated strings.
-
-    Example:
-        >>> write_deltalake(layout.table("raw"), rows, writer_properties=table_writer_properties("raw"))
-    """
-    from deltalake import ColumnProperties, WriterProperties
-
-    if name not in _ROW_GROUP_ROWS:
-        raise ValueError(f"unknown lake table {name!r}; expected one of {sorted(_ROW_GROUP_ROWS)}")
-    names = TABLE_SCHEMAS[name].names
-    return WriterProperties(
-        max_row_group_size=_ROW_GROUP_ROWS[name],
-        default_column_properties=ColumnProperties(dictionary_enabled=False),
-        column_properties={c: ColumnProperties(dictionary_enabled=True) for c in DICT_COLUMNS if c in names},
-    )
-
-
-def ensure_lake_tables(layout: LakeLayout) -> dict[str, Any]:
-    """Create the lake's tables that are missing (with TABLE_CONFIGURATION) and give an
-    `episodes` table made before some of its nullable columns (the locator, the mergeable
-    statistics: `UNINDEXED_COLUMNS`) those columns; returns every table, opened. Run it once
-    before starting parallel writers: table creation and schema changes are metadata commits,
-    and a writer whose first append races one fails with
-    "Metadata changed since last commit".
-
-    Example:
-        >>> ensure_lake_tables(LakeLayout("/data/lake"))["episodes"].version()
-        0
-    """
-    from deltalake import DeltaTable, Field
-
-    tables: dict[str, Any] = {}
-    for name, schema in TABLE_SCHEMAS.items():
-        # mode="ignore": create when missing, open as-is otherwise
-        tables[name] = DeltaTable.create(
-            layout.table(name), schema=schema, mode="ignore", configuration=TABLE_CONFIGURATION
-        )
-    episodes = tables["episodes"]
-    have = set(pa.schema(episodes.schema().to_arrow()).names)
-    missing = [f for f in TABLE_SCHEMAS["episodes"] if f.name in UNINDEXED_COLUMNS and f.name not in have]
-    if missing:
-        episodes.alter.add_columns([Field.from_arrow(f) for f in missing])
-    return tables
-
-
-@functools.cache
-def _post_commit_hooks() -> Any:
-    """A checkpoint every checkpointInterval commits, but no expired-log cleanup per commit: it
-    lists the whole _delta_log each time (measured: 20 of 40 ms per commit at 1,700 commits,
-    growing with the log); maintenance (`pilake gc`, issue 12) cleans expired logs."""
-    from deltalake.transaction import PostCommitHookProperties
-
-    return PostCommitHookProperties(create_checkpoint=True, cleanup_expired_logs=False)
 
 
 def bucket_app_id(episode_id: str) -> str:
@@ -322,7 +248,7 @@ class LakeWriter:
             "append",
             TABLE_SCHEMAS[name],
             commit_properties=commit,
-            post_commithook_properties=_post_commit_hooks(),
+            post_commithook_properties=post_commit_hooks(),
         )
         table.update_incremental()
         after = int(table.version())
