@@ -16,6 +16,7 @@ from typing import Any, Literal
 Framework = Literal["jax", "torch"]
 FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
 LOSSES: tuple[str, ...] = ("l2", "l1")
+NORMALIZATIONS: tuple[str, ...] = ("mean_std", "quantile")  # pi_train._normalize.MODES
 DEVICES: tuple[str, ...] = ("auto", "cpu", "cuda")
 # The reference encoder's first two convolutions (8x8 stride 4, then 4x4 stride 2) need >= 20 px.
 MIN_IMAGE_PX = 20
@@ -48,6 +49,8 @@ class TrainConfig:
         seed: seed of the model's initialisation and of pi_loader's order.
         learning_rate: Adam's learning rate.
         loss: "l2" or "l1", on normalized actions, padded steps masked out.
+        normalization: "mean_std" ((x − mean) / std) or "quantile" (openpi's q01/q99 to
+            [−1, 1]; needs a lake whose episodes rows have quantile sketches), see `pi_train._normalize`.
         cameras: cameras to use (None: every camera the selection has).
         action_horizon: actions predicted per sample (the action chunk).
         image_size: (height, width) the loader resizes frames to; None keeps the stored size.
@@ -85,6 +88,7 @@ class TrainConfig:
     seed: int = 0
     learning_rate: float = 3e-4
     loss: str = "l2"
+    normalization: str = "mean_std"
     cameras: tuple[str, ...] | None = None
     # 16 actions: the ACT / diffusion-policy chunk (pi_loader's SampleSpec default).
     action_horizon: int = 16
@@ -119,6 +123,8 @@ class TrainConfig:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate!r}")
         if self.loss not in LOSSES:
             raise ValueError(f"loss must be one of {LOSSES}, got {self.loss!r}")
+        if self.normalization not in NORMALIZATIONS:
+            raise ValueError(f"normalization must be one of {NORMALIZATIONS}, got {self.normalization!r}")
         if self.device not in DEVICES:
             raise ValueError(f"device must be one of {DEVICES}, got {self.device!r}")
         if self.cameras is not None:

@@ -215,7 +215,7 @@ def _run(
         prefetch_batches=config.prefetch_batches,
         drop_last=True,  # one batch shape: no recompilation for a short last batch
     )
-    norm = normalization_stats(ds)
+    norm = normalization_stats(ds, config.normalization)
     backend.build(_policy_shape(ds, config, norm), norm)
     start = _resume(backend, config, group, loader)
     agree(loader)  # same data, options and position on every rank (HostsDisagreeError if not)

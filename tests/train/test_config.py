@@ -37,6 +37,7 @@ def test_json_round_trip() -> None:
         ({"sql": "SELECT 1"}, "sql and dataset need catalog"),
         ({"learning_rate": 0.0}, "learning_rate must be > 0"),
         ({"loss": "huber"}, "loss must be one of"),
+        ({"normalization": "minmax"}, "normalization must be one of"),
         ({"device": "tpu"}, "device must be one of"),
         ({"image_size": (16, 32)}, "image_size must be \\(height, width\\) with ints >= 20"),
         ({"image_size": (32,)}, "image_size must be"),
