@@ -8,6 +8,11 @@ reads the RSS high-water mark (VmHWM) of this process and of each worker, and wh
 says it read. With `--catalog` it also times opening the same episodes selected with SQL. Prints
 one JSON line prefixed with `_timing.RESULT_PREFIX` (benchmarks/loader/_timing.py).
 
+The loader keeps per-host indexes of the steps and video files (pi_loader._steps_index,
+_chunk_index) under TMPDIR for a local lake: run.py runs this probe twice on one fresh TMPDIR,
+"cold host" (the indexes are built during the probe: `steps_index_builds`, `chunk_index_builds`)
+and then "warm host" (a fresh process, cold per-process caches, the host's indexes in place).
+
 `encoded_sizes` (imported by run.py, run in the parent) is the other side of bytes per sample:
 the encoded bytes of the video rows holding the frames a uniformly drawn sample returns.
 """
@@ -123,6 +128,9 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
             "video_reads": stats.video_reads,
             "steps_reads": getattr(stats, "steps_reads", None),
             "footer_reads": getattr(stats, "footer_reads", None),
+            "steps_indexed_reads": getattr(stats, "steps_indexed_reads", None),
+            "steps_index_builds": getattr(stats, "steps_index_builds", None),
+            "chunk_index_builds": getattr(stats, "chunk_index_builds", None),
         },
         "bytes_read": read["bytes"],
         "bytes_read_why": read["why"],

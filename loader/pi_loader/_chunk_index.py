@@ -10,7 +10,8 @@ column chunk of every row group, and from the file's small columns the row each 
 to (a hash of episode_id/attempt_id/camera, chunk_index, first_frame, frame_count, width,
 height). It writes that int64 array [row groups, 8] atomically as `<sha1>.npy` under the host's
 index directory (`index_directory`), and every process then maps it (`np.load(mmap_mode="r")`:
-address space and shared page cache, not per-process memory).
+address space and shared page cache, not per-process memory). That machinery is `_host_index`,
+shared with the steps files' index (`_steps_index`).
 
 A chunk is then one ranged read of its column chunk: a Parquet v1 data page,
 [PageHeader (Thrift compact)][4-byte little-endian length L][L bytes]. `page_value` reads the
@@ -31,23 +32,16 @@ Files the writer did not lay out this way (compressed or dictionary-encoded `dat
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
-import hashlib
-import os
-import tempfile
-import threading
-from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import ClassVar
 
 import numpy as np
 import pyarrow.parquet as pq
 
-from pi_loader._cache import CacheConfig
 from pi_loader._errors import PiLoaderError
-from pi_loader._lru import WeightedLRU
+from pi_loader._host_index import HostIndex, file_key, index_directory
 from pi_loader._row_groups import RowGroupReader
+
+__all__ = ["ChunkIndex", "index_directory", "page_value", "row_key"]
 
 # Columns of an index row (one per row group of the video file).
 OFFSET, SIZE, ROW_KEY, CHUNK_INDEX, FIRST_FRAME, FRAME_COUNT, WIDTH, HEIGHT = range(8)
@@ -59,37 +53,25 @@ _ROW_COLUMNS = (
 )  # fmt: skip
 _DATA = "data"
 _LEVEL_ENCODINGS = frozenset({"RLE", "BIT_PACKED"})  # listed for levels; `data` has none
-# Indexes kept open per process: a memmap costs a file descriptor and address space; one held
-# in memory (no index directory) costs its bytes, so the bound is in bytes, a memmap weighing 1 kB.
-_OPEN_INDEXES = 256
-_INDEX_MEMORY_BYTES = 32 * 2**20
-_MEMMAP_WEIGHT = 1024
-_LOCK_STRIPES = 64
 _PAGE_HEADER_PROBE = 64  # bytes read of a chunk to check its page header when indexing
 _I32_FIELD = 0x15  # thrift compact: field id delta 1, type i32
 _DATA_PAGE = 0
 
 
-def index_directory(lake_root: str, cache: CacheConfig | None) -> str:
-    """Where this host keeps the chunk indexes of the lake at `lake_root`: under the disk cache's
-    directory when there is one (`<cache>/chunk-index/<sha1 of the root>`), else under the temp
-    directory (`$TMPDIR/pilake-chunk-index-<uid>/<sha1 of the root>`)."""
-    digest = hashlib.sha1(lake_root.rstrip("/").encode()).hexdigest()
-    if cache is not None:
-        return str(Path(cache.directory) / "chunk-index" / digest)
-    return str(Path(tempfile.gettempdir()) / f"pilake-chunk-index-{os.getuid()}" / digest)
-
-
 def row_key(episode_id: str, attempt_id: str, camera: str) -> int:
     """The 64-bit identity of a video row's (episode, attempt, camera), as the index stores it."""
-    digest = hashlib.blake2b(f"{episode_id}\0{attempt_id}\0{camera}".encode(), digest_size=8).digest()
-    return int.from_bytes(digest, "little", signed=True)
+    return file_key(episode_id, attempt_id, camera)
 
 
-class ChunkIndex:
+class ChunkIndex(HostIndex):
     """The chunk indexes of a lake's video files on this host: built once per host, mapped by
-    every process. Thread-safe, picklable (only the directory travels). `directory=None` keeps
-    each index in this process only. Counter (this process): `builds` (files indexed here).
+    every process (`_host_index.HostIndex`). Thread-safe, picklable (only the directory
+    travels). `directory=None` keeps each index in this process only. Counter (this process):
+    `builds` (files indexed here).
+
+    `entries(reader, uri, path)`: int64 [row groups, 8], columns OFFSET, SIZE, ROW_KEY,
+    CHUNK_INDEX, FIRST_FRAME, FRAME_COUNT, WIDTH, HEIGHT; empty when the file is not laid out
+    for footer-free reads.
 
     Example:
         >>> index = ChunkIndex(index_directory("/data/lake", None))
@@ -97,107 +79,11 @@ class ChunkIndex:
         >>> offset, size = entries[group, OFFSET], entries[group, SIZE]   # entries.size == 0: no index
     """
 
-    def __init__(self, directory: str | None) -> None:
-        self._directory = directory
-        self._reset()
+    COLUMNS: ClassVar[int] = _INDEX_COLUMNS
+    KIND: ClassVar[str] = ""  # the names of indexes built before steps files had one
 
-    def _reset(self) -> None:
-        self._lock = threading.Lock()
-        self._open: WeightedLRU[str, np.ndarray] = WeightedLRU(_INDEX_MEMORY_BYTES, max_items=_OPEN_INDEXES)
-        self._writable = self._directory is not None
-        self.builds = 0
-
-    def __getstate__(self) -> dict[str, Any]:
-        return {"directory": self._directory}
-
-    def __setstate__(self, state: dict[str, Any]) -> None:
-        self._directory = state["directory"]
-        self._reset()
-
-    @property
-    def directory(self) -> str | None:
-        return self._directory
-
-    def entries(self, reader: RowGroupReader, uri: str, path: str) -> np.ndarray:
-        """The index of the video file `uri` (at local `path`): int64 [row groups, 8], columns
-        OFFSET, SIZE, ROW_KEY, CHUNK_INDEX, FIRST_FRAME, FRAME_COUNT, WIDTH, HEIGHT; empty when
-        the file is not laid out for footer-free reads. Built (through `reader`, whose counters
-        count the footer and the small columns) when no process of this host has built it yet."""
-        with self._lock:
-            found = self._open.get(uri)
-        if found is not None:
-            return found
-        file_size = os.stat(path).st_size
-        name = hashlib.sha1(f"{uri}\n{file_size}".encode()).hexdigest()
-        entries = self._load(name)
-        if entries is None:
-            with self._build_lock(name):
-                entries = self._load(name)  # built by another process while this one waited
-                if entries is None:
-                    entries = build_entries(reader, uri, path, file_size)
-                    with self._lock:
-                        self.builds += 1
-                    self._save(name, entries)
-                    entries = _first(self._load(name), entries)  # mapped, not held, once saved
-        weight = _MEMMAP_WEIGHT if isinstance(entries, np.memmap) else max(entries.nbytes, 1)
-        with self._lock:
-            self._open.put(uri, entries, weight=weight)
-        return entries
-
-    def _load(self, name: str) -> np.ndarray | None:
-        if self._directory is None:
-            return None
-        file = os.path.join(self._directory, name + ".npy")
-        try:
-            try:
-                entries = np.load(file, mmap_mode="r")
-            except ValueError:  # an empty index (a file left to the row-group path) cannot be mapped
-                entries = np.load(file)
-        except (OSError, ValueError):  # missing, unreadable or not an index: build it (again)
-            return None
-        if entries.dtype != np.int64 or entries.ndim != 2 or entries.shape[1] != _INDEX_COLUMNS:
-            return None
-        return np.asarray(entries) if entries.size == 0 else entries
-
-    def _save(self, name: str, entries: np.ndarray) -> None:
-        if not self._writable or self._directory is None:
-            return
-        tmp = os.path.join(self._directory, f".{name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        try:
-            with open(tmp, "wb") as f:
-                np.save(f, entries, allow_pickle=False)
-            os.replace(tmp, os.path.join(self._directory, name + ".npy"))
-        except OSError:
-            # A read-only or full disk: index in this process only (its memory LRU still bounds it).
-            self._writable = False
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
-
-    @contextlib.contextmanager
-    def _build_lock(self, name: str) -> Iterator[None]:
-        """Striped fcntl lock: processes that miss the same file at once index it once."""
-        fd = -1
-        if self._writable and self._directory is not None:
-            try:
-                locks = os.path.join(self._directory, "locks")
-                os.makedirs(locks, exist_ok=True)
-                stripe = os.path.join(locks, f"{int(name[:8], 16) % _LOCK_STRIPES:02d}")
-                fd = os.open(stripe, os.O_RDWR | os.O_CREAT, 0o644)
-                fcntl.flock(fd, fcntl.LOCK_EX)
-            except OSError:
-                self._writable = False
-                if fd >= 0:
-                    os.close(fd)
-                fd = -1
-        try:
-            yield
-        finally:
-            if fd >= 0:
-                os.close(fd)  # releases the lock
-
-
-def _first(mapped: np.ndarray | None, built: np.ndarray) -> np.ndarray:
-    return built if mapped is None else mapped
+    def build(self, reader: RowGroupReader, uri: str, path: str, file_size: int) -> np.ndarray:
+        return build_entries(reader, uri, path, file_size)
 
 
 def build_entries(reader: RowGroupReader, uri: str, path: str, file_size: int) -> np.ndarray:

@@ -39,6 +39,7 @@ from pi_loader._selection import (
 from pi_loader._snapshot import Snapshot
 from pi_loader._spec import SampleSpec, spec_from_arguments
 from pi_loader._steps import StepsReader
+from pi_loader._steps_index import StepsIndex
 from pi_loader._video import VideoFrames
 
 # Decoded chunks kept per process: a chunk of 10 frames at 224x224 yuv420p is ~0.75 MB, so 64
@@ -161,6 +162,9 @@ class Dataset:
         locators = EpisodeLocators.from_rows(selection.rows, self._layout, self.cameras)
         # One reader (and footer cache) for steps and video: pickling keeps them one object.
         reader = self._reader = RowGroupReader(self._storage, footer_cache_bytes=footer_cache_bytes)
+        # Steps and video chunks are read without footers through per-host indexes of their
+        # files (_steps_index, _chunk_index), kept side by side in one directory.
+        indexes = index_directory(self._layout.root, cache)
         versions = self._snapshot.table_versions
         self._gather = SampleGather(
             spec=self._spec,
@@ -181,6 +185,7 @@ class Dataset:
                 version=versions["steps"],
                 max_episodes=episode_cache_size,
                 max_bytes=steps_cache_bytes,
+                steps_index=StepsIndex(indexes),
             ),
             video=VideoFrames(
                 reader,
@@ -190,8 +195,7 @@ class Dataset:
                 cameras=self.cameras,
                 version=versions["video"],
                 chunk_cache_size=chunk_cache_size,
-                # Video chunks are read without footers through a per-host index (_chunk_index).
-                chunk_index=ChunkIndex(index_directory(self._layout.root, cache)),
+                chunk_index=ChunkIndex(indexes),
             ),
         )
         self._order: np.ndarray | None = None
@@ -478,9 +482,11 @@ class Dataset:
         """What this process has read to build samples so far (counters since it was made or
         unpickled): "steps_reads" (steps row groups: one per episode missed in the steps cache),
         "video_reads" (video row groups: one per chunk missed in the chunk cache), "chunk_decodes",
-        "footer_reads" (Parquet footers parsed) and "bytes_read" (footer bytes plus the compressed
-        column chunks read). A `Loader` sums these over its workers: `Loader.stats()`, whose
-        `bytes_read_per_sample` is the figure to report.
+        "footer_reads" (Parquet footers parsed), "bytes_read" (footer bytes plus the compressed
+        column chunks read), "steps_indexed_reads" (steps_reads made footer-free, through the steps
+        index), "steps_index_builds" and "chunk_index_builds" (files of this host indexed by this
+        process: at most once per host per file). A `Loader` sums these over its workers:
+        `Loader.stats()`, whose `bytes_read_per_sample` is the figure to report.
 
         Example:
             >>> ds.samples([0, 1, 2]); ds.read_stats["video_reads"]   # <= 3 x cameras
@@ -492,6 +498,9 @@ class Dataset:
             "chunk_decodes": video.chunk_decodes,
             "footer_reads": reader.footer_reads,
             "bytes_read": reader.bytes_read,
+            "steps_indexed_reads": steps.indexed_reads,
+            "steps_index_builds": 0 if steps.steps_index is None else steps.steps_index.builds,
+            "chunk_index_builds": 0 if video.chunk_index is None else video.chunk_index.builds,
         }
 
     # The name of the same counters before steps were read on demand.

@@ -36,7 +36,10 @@ class LoaderStats:
     `bytes_read_per_sample` is the I/O figure, summed over the main process and every worker:
     Parquet footer bytes plus the compressed column chunks of the steps and video row groups
     read (`Dataset.read_stats`); `video_reads` counts video row groups (one chunk each) and
-    `steps_reads` steps row groups (one episode each).
+    `steps_reads` steps row groups (one episode each), `steps_indexed_reads` of them read
+    without a footer through the host's steps index. `steps_index_builds` and
+    `chunk_index_builds` count the files these processes indexed for this host (once per host
+    per file: 0 on a host whose indexes exist).
     `shared_memory_slots` is how many batch-sized shared-memory slots the loader holds now
     (`shared_memory_bytes` in all): about prefetch_batches + 2 when each batch is dropped before
     the next, more while batches are kept.
@@ -51,6 +54,9 @@ class LoaderStats:
     steps_reads: int = 0
     footer_reads: int = 0
     bytes_read: int = 0
+    steps_indexed_reads: int = 0
+    steps_index_builds: int = 0
+    chunk_index_builds: int = 0
 
     @property
     def decoded_chunks_per_sample(self) -> float:
@@ -291,6 +297,9 @@ class Loader:
             steps_reads=reads.get("steps_reads", 0),
             footer_reads=reads.get("footer_reads", 0),
             bytes_read=reads.get("bytes_read", 0),
+            steps_indexed_reads=reads.get("steps_indexed_reads", 0),
+            steps_index_builds=reads.get("steps_index_builds", 0),
+            chunk_index_builds=reads.get("chunk_index_builds", 0),
         )
 
     def _count(self, deltas: dict[str, int]) -> None:

@@ -11,8 +11,9 @@ footer each (11 columns), and pyarrow holds a parsed footer in ~10-12x its seria
 parses it at ~45 us per row group (measured here with pyarrow 16: 110 kB, 144 row groups, 6 ms,
 ~1.1 MB in memory). Readers therefore keep few files' footers hot; see the module constants.
 
-Video chunks are mostly read without footers (`_chunk_index`: `read_range` of the one column
-chunk), through this reader's counters too.
+Video chunks and episodes' steps are mostly read without footers (`_chunk_index`,
+`_steps_index`: `read_range` of the column chunks, located by a per-host index of the file),
+through this reader's counters too; a footer is then parsed once per host per file, to index it.
 
 Bytes are counted as the reader asks for them: the footer once per parse (its serialized size
 plus the 8-byte tail), per read the compressed size of the column chunks read, per ranged read
@@ -105,7 +106,7 @@ class RowGroupReader:
             self.bytes_read += size
         return rows
 
-    # -- what the chunk index (pi_loader._chunk_index) reads through this reader's counters --
+    # -- what the host indexes (_chunk_index, _steps_index) read through this reader's counters --
 
     def local_path(self, uri: str, *, table: str, version: int) -> str:
         """The local path of `uri` (`Storage.local_path`).

@@ -94,6 +94,10 @@ class VideoFrames:
             setattr(self, name, state[name])
         self._reset()
 
+    @property
+    def chunk_index(self) -> ChunkIndex | None:
+        return self._chunk_index
+
     def frame(self, e: int, camera: int, frame_index: int) -> np.ndarray:
         """The RGB frame `frame_index` of camera number `camera` (in the spec's cameras) of
         episode number `e`, uint8 [H, W, 3].

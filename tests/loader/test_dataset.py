@@ -204,13 +204,15 @@ def test_pickles_without_handles_and_gives_the_same_samples(lake: FakeLake) -> N
     before = ds[0]
     clone = pickle.loads(pickle.dumps(ds))
     after = clone[0]
-    # fresh caches: one steps row group (and its footer), one video chunk per camera; the video
-    # file's chunk index was built by `ds` on this host, so the clone parses no video footer
+    # fresh caches: one steps row group, one video chunk per camera; the steps and video files'
+    # indexes were built by `ds` on this host, so the clone parses no footer at all
     assert clone.read_stats["video_reads"] == clone.read_stats["chunk_decodes"] == len(CAMERAS)
-    assert clone.read_stats["steps_reads"] == 1 and clone.read_stats["footer_reads"] == 1
+    assert clone.read_stats["steps_reads"] == clone.read_stats["steps_indexed_reads"] == 1
+    assert clone.read_stats["footer_reads"] == 0
     clone_index, index = clone._gather.video._chunk_index, ds._gather.video._chunk_index
     assert clone_index is not None and index is not None
     assert clone_index.builds == 0 and index.builds == 1
+    assert clone.read_stats["steps_index_builds"] == 0 and ds.read_stats["steps_index_builds"] == 1
     assert before["episode_id"] == after["episode_id"] and before["step"] == after["step"]
     for key in ("observation.images.front", "observation.state", "action"):
         np.testing.assert_array_equal(_arr(before, key), _arr(after, key))

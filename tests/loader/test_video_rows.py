@@ -73,7 +73,8 @@ def test_an_uncached_sample_reads_one_steps_row_group_and_one_video_chunk_per_ca
     loader_lake: FakeLake, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     spec = SampleSpec(cameras=LOADER_CAMERAS, action_horizon=3)
-    Dataset(loader_lake.layout, spec=spec).sample(0)  # another process of the host indexed the video file
+    # another process of the host indexed the steps and video files
+    Dataset(loader_lake.layout, spec=spec).sample(0)
     ds = Dataset(loader_lake.layout, spec=spec, seed=1)
     reads = _record_reads(monkeypatch)
     ranges = _record_ranges(monkeypatch)
@@ -83,9 +84,22 @@ def test_an_uncached_sample_reads_one_steps_row_group_and_one_video_chunk_per_ca
     assert (sample["episode_id"], sample["step"]) == (episode_id, step)
     loc = _locator(loader_lake, episode_id)
     ep = loader_lake.episodes[episode_id]
-    assert [(Path(path).parent.name, g) for path, g, _ in reads] == [("steps", loc["steps_row_group"])]
+    assert reads == []  # no row group through pyarrow: the steps are read footer-free too
+    # the steps: one range, from the first list column chunk of the locator's row group to the
+    # end of the last (apart only by pyarrow's inline copies of each chunk's metadata)
+    (steps_file,) = {path for path, _, _ in ranges if Path(path).parent.name == "steps"}
+    steps = pq.read_metadata(steps_file).row_group(loc["steps_row_group"])
+    lists = [
+        steps.column(j)
+        for j in range(steps.num_columns)
+        if steps.column(j).path_in_schema.split(".")[0] in {"proprio", "action", "camera_frame_index"}
+    ]
+    first = min(c.data_page_offset for c in lists)
+    steps_range = (first, max(c.data_page_offset + c.total_compressed_size for c in lists) - first)
+    assert steps_range[1] - sum(c.total_compressed_size for c in lists) < 200
+    assert [(o, n) for path, o, n in ranges if path == steps_file] == [steps_range]
     # the video chunks: exactly the `data` column chunks of the row groups the locator names
-    (video_file,) = {path for path, _, _ in ranges}
+    (video_file,) = {path for path, _, _ in ranges if path != steps_file}
     video = pq.read_metadata(video_file)
     data = video.schema.names.index("data")
     chunks = {
@@ -98,22 +112,15 @@ def test_an_uncached_sample_reads_one_steps_row_group_and_one_video_chunk_per_ca
             )
         )
     }
-    assert {(offset, size) for _, offset, size in ranges} == chunks and len(ranges) == 2
+    assert {(offset, size) for path, offset, size in ranges if path == video_file} == chunks
+    assert len(ranges) == 3
     stats = ds.read_stats
-    assert (stats["steps_reads"], stats["video_reads"], stats["footer_reads"]) == (1, 2, 1)
-    # bytes = the steps footer (+ 8-byte tail) + the steps column chunks read + the two ranges
-    steps_file, group, columns = reads[0]
-    steps = pq.read_metadata(steps_file)
-    want = steps.serialized_size + 8 + sum(size for _, size in chunks)
-    want += sum(
-        steps.row_group(group).column(j).total_compressed_size
-        for j in range(steps.num_columns)
-        if steps.row_group(group).column(j).path_in_schema.split(".")[0] in columns
-    )
-    assert stats["bytes_read"] == want
-    # another episode's sample in the same files: one steps row group and two chunks again
+    assert (stats["steps_reads"], stats["video_reads"], stats["footer_reads"]) == (1, 2, 0)
+    # bytes = the steps list column chunks + the two video chunks, no footer
+    assert stats["bytes_read"] == steps_range[1] + sum(size for _, size in chunks)
+    # another episode's sample in the same files: one steps range and two chunks again
     ds.sample(4 * LOADER_STEPS)
-    assert ds.read_stats["footer_reads"] == 1 and len(reads) == 2 and len(ranges) == 4
+    assert ds.read_stats["footer_reads"] == 0 and reads == [] and len(ranges) == 6
 
 
 def test_loader_reports_bytes_read_per_sample(loader_lake: FakeLake) -> None:

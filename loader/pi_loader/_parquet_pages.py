@@ -1,0 +1,327 @@
+"""Footer-free decoding of one column chunk of a flat list column (`list<float32|int32>`),
+written as Parquet v1 data pages: what `_steps_index` reads instead of a steps row group.
+
+A column chunk is a run of pages, each [PageHeader (Thrift compact)][compressed page]. A v1
+data page, once decompressed, is [4-byte length][repetition levels][4-byte length][definition
+levels][PLAIN values]: levels in the RLE/bit-packed hybrid encoding, values little-endian.
+`decode_list_chunk` parses every header (`page_header`: every field, unknown ones skipped as
+the Thrift compact protocol says), decompresses each page with the codec the footer named
+(recorded in the index), and checks the structure: page type, encodings, sizes, level and value
+counts. Anything that does not parse raises `PageError`, never returns garbage; the caller turns
+it into a PiLoaderError naming the file and row group.
+
+Data that parses but is not a uniform, null-free list of `width` values per row (an empty
+list, a null, rows of different lengths) is not an error here: `decode_list_chunk` returns None
+and the caller reads the row group through pyarrow, whose checks say what is wrong with it.
+
+Reference: parquet-format `src/main/thrift/parquet.thrift` (PageHeader, DataPageHeader) and
+`Encodings.md` (RLE/bit-packed hybrid); Thrift compact protocol.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+
+# parquet.thrift enums.
+DATA_PAGE = 0
+PLAIN, RLE = 0, 3
+# Codecs of an index (the footer's name for each); 0 is "not supported": no index.
+CODECS = {"UNCOMPRESSED": 1, "ZSTD": 2, "SNAPPY": 3}
+_CODEC_NAMES = {1: None, 2: "zstd", 3: "snappy"}
+# Thrift compact field types.
+_BOOL_TRUE, _BOOL_FALSE, _BYTE, _I16, _I32, _I64, _DOUBLE, _BINARY, _LIST, _SET, _MAP, _STRUCT = range(1, 13)
+_MAX_DEPTH = 8
+
+
+class PageError(Exception):
+    """A column chunk that does not parse as the index says it should."""
+
+
+@dataclass(frozen=True, slots=True)
+class PageHeader:
+    page_type: int
+    uncompressed_size: int
+    compressed_size: int
+    crc: int | None
+    num_values: int | None  # data_page_header fields (None: no data_page_header)
+    encoding: int | None
+    definition_level_encoding: int | None
+    repetition_level_encoding: int | None
+    header_bytes: int  # bytes of the Thrift header itself
+
+
+class _Cursor:
+    """Reads Thrift compact values from `raw` starting at `pos`."""
+
+    def __init__(self, raw: bytes | memoryview, pos: int) -> None:
+        self.raw, self.pos = raw, pos
+
+    def byte(self) -> int:
+        if self.pos >= len(self.raw):
+            raise PageError("the page header runs past the end of the column chunk")
+        b = self.raw[self.pos]
+        self.pos += 1
+        return b
+
+    def varint(self) -> int:
+        value = shift = 0
+        while True:
+            b = self.byte()
+            value |= (b & 0x7F) << shift
+            if not b & 0x80:
+                return value
+            shift += 7
+            if shift > 63:
+                raise PageError("a varint of the page header is longer than 10 bytes")
+
+    def zigzag(self) -> int:
+        value = self.varint()
+        return (value >> 1) ^ -(value & 1)
+
+    def skip(self, kind: int, depth: int) -> None:
+        """Skip one value of compact type `kind` (a field nobody here reads)."""
+        if depth > _MAX_DEPTH:
+            raise PageError("the page header nests deeper than any Parquet page header")
+        if kind in (_BOOL_TRUE, _BOOL_FALSE):
+            return
+        if kind == _BYTE:
+            self.byte()
+        elif kind in (_I16, _I32, _I64):
+            self.varint()
+        elif kind == _DOUBLE:
+            self.take(8)
+        elif kind == _BINARY:
+            self.take(self.varint())
+        elif kind in (_LIST, _SET):
+            head = self.byte()
+            size, elem = head >> 4, head & 0x0F
+            if size == 15:
+                size = self.varint()
+            for _ in range(size):
+                if elem in (_BOOL_TRUE, _BOOL_FALSE):  # list booleans are one byte each
+                    self.byte()
+                else:
+                    self.skip(elem, depth + 1)
+        elif kind == _MAP:
+            size = self.varint()
+            if size:
+                types = self.byte()
+                for _ in range(size):
+                    self.skip(types >> 4, depth + 1)
+                    self.skip(types & 0x0F, depth + 1)
+        elif kind == _STRUCT:
+            for _field, field_kind in self.fields():
+                self.skip(field_kind, depth + 1)
+        else:
+            raise PageError(f"unknown Thrift compact type {kind} in the page header")
+
+    def take(self, n: int) -> None:
+        if n < 0 or self.pos + n > len(self.raw):
+            raise PageError("the page header runs past the end of the column chunk")
+        self.pos += n
+
+    def fields(self) -> _FieldIter:
+        return _FieldIter(self)
+
+
+class _FieldIter:
+    """(field id, compact type) of each field of a struct, up to its STOP byte."""
+
+    def __init__(self, cursor: _Cursor) -> None:
+        self._cursor, self._last = cursor, 0
+
+    def __iter__(self) -> _FieldIter:
+        return self
+
+    def __next__(self) -> tuple[int, int]:
+        head = self._cursor.byte()
+        if head == 0:
+            raise StopIteration
+        delta, kind = head >> 4, head & 0x0F
+        field = self._last + delta if delta else self._cursor.zigzag()
+        self._last = field
+        return field, kind
+
+
+def page_header(raw: bytes | memoryview, pos: int) -> PageHeader:
+    """The PageHeader at `raw[pos:]` (every field parsed or skipped)."""
+    cursor = _Cursor(raw, pos)
+    top: dict[int, int] = {}
+    data: dict[int, int] = {}
+    for field, kind in cursor.fields():
+        if field in (1, 2, 3, 4) and kind == _I32:
+            top[field] = cursor.zigzag()
+        elif field == 5 and kind == _STRUCT:
+            for inner, inner_kind in cursor.fields():
+                if inner in (1, 2, 3, 4) and inner_kind == _I32:
+                    data[inner] = cursor.zigzag()
+                else:
+                    cursor.skip(inner_kind, 1)
+        else:
+            cursor.skip(kind, 0)
+    missing = [name for f, name in ((1, "type"), (2, "uncompressed_page_size"), (3, "compressed_page_size"))
+               if f not in top]  # fmt: skip
+    if missing:
+        raise PageError(f"the page header lacks {', '.join(missing)}")
+    return PageHeader(
+        page_type=top[1],
+        uncompressed_size=top[2],
+        compressed_size=top[3],
+        crc=top.get(4),
+        num_values=data.get(1),
+        encoding=data.get(2),
+        definition_level_encoding=data.get(3),
+        repetition_level_encoding=data.get(4),
+        header_bytes=cursor.pos - pos,
+    )
+
+
+def hybrid_levels(raw: memoryview, bit_width: int, count: int) -> np.ndarray:
+    """`count` levels (uint8) of the RLE/bit-packed hybrid encoding `raw` (exactly consumed up
+    to the padding of its last bit-packed run). One Python step per run: runs of one value are
+    gathered and expanded by one np.repeat per stretch of them."""
+    data = bytes(raw)
+    size = len(data)
+    pieces: list[np.ndarray] = []
+    run_values: list[int] = []
+    run_lengths: list[int] = []
+    value_bytes = (bit_width + 7) // 8
+    weights = (1 << np.arange(bit_width, dtype=np.uint8)).astype(np.uint8)
+    pos = got = 0
+    while got < count:
+        header = shift = 0
+        while True:  # the run's header, a ULEB128 varint
+            if pos >= size or shift > 28:
+                raise PageError("the levels end inside a run header")
+            b = data[pos]
+            pos += 1
+            header |= (b & 0x7F) << shift
+            shift += 7
+            if not b & 0x80:
+                break
+        n = (header >> 1) * 8 if header & 1 else header >> 1
+        if n == 0:
+            raise PageError("an empty run in the levels")
+        if header & 1:  # bit-packed: header >> 1 groups of 8 values
+            nbytes = (header >> 1) * bit_width
+            if pos + nbytes > size:
+                raise PageError("a bit-packed run of levels overruns its bytes")
+            if run_values:
+                pieces.append(np.repeat(np.array(run_values, np.uint8), run_lengths))
+                run_values, run_lengths = [], []
+            bits = np.unpackbits(np.frombuffer(data, np.uint8, nbytes, pos), bitorder="little")
+            values = bits.reshape(-1, bit_width) @ weights if bit_width > 1 else bits
+            pieces.append(values[: count - got].astype(np.uint8, copy=False))
+            pos += nbytes
+        else:  # a run of header >> 1 copies of one value
+            if pos + value_bytes > size:
+                raise PageError("a run of levels overruns its bytes")
+            value = int.from_bytes(data[pos : pos + value_bytes], "little")
+            if value >= 1 << bit_width:
+                raise PageError(f"a level run of value {value} does not fit {bit_width} bits")
+            run_values.append(value)
+            run_lengths.append(min(n, count - got))
+            pos += value_bytes
+        got += n
+    if run_values:
+        pieces.append(np.repeat(np.array(run_values, np.uint8), run_lengths))
+    if pos != size:
+        raise PageError(f"the levels take {pos} of their {size} bytes")
+    return pieces[0] if len(pieces) == 1 else np.concatenate(pieces)
+
+
+def decode_list_chunk(
+    raw: memoryview, *, codec: int, rows: int, width: int, max_definition: int, dtype: np.dtype
+) -> np.ndarray | None:
+    """The values of a column chunk of a flat list column as a [rows, width] array of `dtype`
+    (little-endian 4-byte PLAIN values), or None when the chunk parses but its rows are not
+    `width` non-null values each (see the module docstring).
+
+    Raises:
+        PageError: the chunk does not parse as v1 data pages of this layout.
+    """
+    if codec not in _CODEC_NAMES:
+        raise PageError(f"codec number {codec} of the index is not one this reader knows")
+    name = _CODEC_NAMES[codec]
+    decompressor = None if name is None else pa.Codec(name)
+    expected = rows * width
+    itemsize = np.dtype(dtype).itemsize
+    reps: list[np.ndarray] = []
+    values: list[np.ndarray] = []
+    uniform = True
+    levels = 0
+    pos = 0
+    while pos < len(raw):
+        header = page_header(raw, pos)
+        if header.page_type != DATA_PAGE or header.num_values is None:
+            raise PageError(f"page at byte {pos} is of type {header.page_type}, not a v1 data page")
+        if (header.encoding, header.repetition_level_encoding, header.definition_level_encoding) != (
+            PLAIN, RLE, RLE
+        ):  # fmt: skip
+            raise PageError(
+                f"page at byte {pos} has encodings {header.encoding}/{header.repetition_level_encoding}/"
+                f"{header.definition_level_encoding}, not PLAIN values with RLE levels"
+            )
+        start = pos + header.header_bytes
+        end = start + header.compressed_size
+        if header.compressed_size < 0 or end > len(raw) or header.num_values <= 0:
+            raise PageError(f"page at byte {pos} ({header.compressed_size} bytes) overruns the chunk")
+        page = _decompress(decompressor, raw[start:end], header.uncompressed_size)
+        levels += header.num_values
+        if levels > expected:
+            raise PageError(f"the pages hold more than the {expected} values of {rows} rows x {width}")
+        body = _Body(page)
+        reps.append(hybrid_levels(body.section(), 1, header.num_values))
+        defs = hybrid_levels(body.section(), max_definition.bit_length(), header.num_values)
+        rest = page[body.pos :]
+        if uniform and bool((defs != max_definition).any()):
+            uniform = False  # an empty list or a null: pyarrow's path says what it is
+        if uniform:
+            if len(rest) != header.num_values * itemsize:
+                raise PageError(
+                    f"page at byte {pos} holds {len(rest)} bytes of values for {header.num_values} values"
+                )
+            values.append(np.frombuffer(rest, dtype))
+        pos = end
+    if levels != expected:
+        raise PageError(f"the pages hold {levels} values, not the {expected} of {rows} rows x {width}")
+    if not uniform:
+        return None
+    rep = np.concatenate(reps).reshape(rows, width)
+    if bool(rep[:, 0].any()) or not bool(rep[:, 1:].all()):
+        return None  # rows of other lengths than `width`
+    return np.concatenate(values).reshape(rows, width)
+
+
+def _decompress(decompressor: pa.Codec | None, page: memoryview, size: int) -> memoryview:
+    if decompressor is None:
+        if len(page) != size:
+            raise PageError(f"an uncompressed page of {len(page)} bytes says it has {size}")
+        return page
+    try:
+        out = decompressor.decompress(page, decompressed_size=size)
+    except (pa.ArrowException, OSError, ValueError) as err:
+        raise PageError(f"the page does not decompress: {err}") from None
+    if out.size != size:
+        raise PageError(f"the page decompresses to {out.size} bytes, its header says {size}")
+    return memoryview(out)
+
+
+class _Body:
+    """The length-prefixed sections (levels) at the start of a decompressed v1 page."""
+
+    def __init__(self, page: memoryview) -> None:
+        self._page, self.pos = page, 0
+
+    def section(self) -> memoryview:
+        if self.pos + 4 > len(self._page):
+            raise PageError("the page ends inside its levels")
+        length = int.from_bytes(self._page[self.pos : self.pos + 4], "little")
+        start = self.pos + 4
+        if start + length > len(self._page):
+            raise PageError(f"levels of {length} bytes overrun the page")
+        self.pos = start + length
+        return self._page[start : self.pos]
