@@ -5,9 +5,9 @@ episodes here, `pilake sql` and `pi_loader.Dataset(sql=...)` query it. Delta sta
 truth (architecture decision 7): `rebuild_from_lake` recreates the index from it.
 
 Two deployments, one client API (clickhouse-connect): an embedded chdb engine on a local path,
-or a ClickHouse server over HTTP(S). A chdb path can be open in one process at a time, so every
-operation on a chdb catalog takes an exclusive flock beside the data path, opens the engine,
-works and closes it again (~50 ms); a stream job and `pilake sql` then take turns.
+or a ClickHouse server over HTTP(S). A chdb path can be open in one process at a time: the
+process keeps its engine open, under an exclusive flock beside the data path, until another
+process asks for the path (`_engine`); a stream job and `pilake sql` then take turns.
 """
 
 from __future__ import annotations
@@ -16,35 +16,51 @@ import contextlib
 import json
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
 from pi_format import LakeLayout
 
-from pi_catalog._connection import ServerLocation, connect, exclusive_lock, parse_location
+from pi_catalog._connection import ServerLocation, connect, parse_location
+from pi_catalog._engine import Engine, embedded, release
 from pi_catalog._errors import CatalogQueryError, PiCatalogError
+from pi_catalog._parts import keep_parts_bounded
 from pi_catalog._schema import (
     EPISODES_VIEW,
-    INDEX_ARROW_SCHEMA,
     INDEX_TABLE,
     INDEXED_FIELDS,
     SNAPSHOTS_DDL,
     SNAPSHOTS_TABLE,
     VIEW_DDL,
     index_ddl,
+    index_rows,
 )
 
 # Rows per INSERT when rebuilding: bounds memory on a large lake, still few inserts.
 _REBUILD_BATCH_ROWS = 50_000
 
 
+@dataclass(slots=True)
+class _Session:
+    """A client for one call (or one `held()` block); `engine` is the process's chdb engine,
+    None on a server. `ensured` holds the schema statements already run through it."""
+
+    client: Any
+    engine: Engine | None = None
+    ensured: set[str] = field(default_factory=set)
+
+
 class Catalog:
     """The episode index in ClickHouse: embedded chdb at a path, or a server at an http(s) URL.
 
-    Every method opens a client, works and closes it; on chdb it does so under an exclusive
-    file lock (`<path>.lock`), so several processes can share one catalog path in turns. Opening
-    costs ~100-250 ms here (the client's handshake), whatever the catalog's size: a caller that
-    runs many queries holds one client with `with catalog.held(): ...` (and the lock with it).
+    On chdb the process opens the engine on its first call and keeps it, with an exclusive
+    file lock (`<path>.lock`), until another process waits for the path (it then hands it over
+    within ~50 ms) or `close()`; several processes share one catalog path in turns, and every
+    Catalog of the process on that path uses the one engine (chdb runs one engine per process:
+    a Catalog on another path closes it first). On a server every method opens a client, works
+    and closes it (~100-250 ms for the handshake): a caller that runs many queries holds one
+    client with `with catalog.held(): ...` (on chdb it keeps other processes out meanwhile).
     Credentials of a server come from PILAKE_CLICKHOUSE_USER / PILAKE_CLICKHOUSE_PASSWORD.
 
     Args:
@@ -84,6 +100,18 @@ class Catalog:
 
     # -- sessions -------------------------------------------------------------------------
 
+    def close(self) -> None:
+        """Close this process's chdb engine on this catalog's path and release its lock now
+        (no-op on a server, or where it is not open); the next call opens it again. Never needed
+        for correctness: another process that waits gets the path anyway, and the engine closes
+        at exit. Each reopen costs chdb's leaked pool threads, so do not call it per operation.
+
+        Example:
+            >>> catalog.close()
+        """
+        if isinstance(self._target, str):
+            release(self._target)
+
     @contextlib.contextmanager
     def held(self) -> Iterator[Catalog]:
         """Keep one client (and, on chdb, the lock) open for every call inside the block.
@@ -96,29 +124,32 @@ class Catalog:
         if self._held is not None:
             yield self
             return
-        with self._open() as client:
-            self._held = client
+        with self._open() as session:
+            self._held = session
             try:
                 yield self
             finally:
                 self._held = None
 
     @contextlib.contextmanager
-    def _session(self) -> Iterator[Any]:
+    def _session(self) -> Iterator[_Session]:
         if self._held is not None:
             yield self._held
             return
-        with self._open() as client:
-            yield client
+        with self._open() as session:
+            yield session
 
     @contextlib.contextmanager
-    def _open(self) -> Iterator[Any]:
-        with exclusive_lock(self.lock_path, self.lock_timeout_s):
-            client = connect(self._target, self.location)
-            try:
-                yield client
-            finally:
-                client.close()
+    def _open(self) -> Iterator[_Session]:
+        if isinstance(self._target, str):
+            with embedded(self._target, self.location, self.lock_timeout_s) as engine:
+                yield _Session(engine.client, engine, engine.ensured)
+            return
+        client = connect(self._target, self.location)
+        try:
+            yield _Session(client)
+        finally:
+            client.close()
 
     @staticmethod
     def _command(client: Any, sql: str) -> None:
@@ -127,9 +158,13 @@ class Catalog:
         except Exception as err:
             raise CatalogQueryError(str(err), sql) from err
 
-    def _ensure(self, client: Any) -> None:
+    def _ensure(self, session: _Session) -> None:
+        # On chdb no other process can change the schema while this engine is open: each
+        # statement runs once per engine.
         for ddl in (index_ddl(), VIEW_DDL, SNAPSHOTS_DDL):
-            self._command(client, ddl)
+            if ddl not in session.ensured:
+                self._command(session.client, ddl)
+                session.ensured.add(ddl)
 
     # -- public API -----------------------------------------------------------------------
 
@@ -141,8 +176,8 @@ class Catalog:
         Example:
             >>> Catalog("/tmp/catalog").ensure_schema()
         """
-        with self._session() as client:
-            self._ensure(client)
+        with self._session() as session:
+            self._ensure(session)
 
     def record_episodes(self, rows: pa.Table, *, episodes_version: int) -> None:
         """Index committed episodes: `rows` in pi_format.EPISODES_SCHEMA, read at Delta version
@@ -155,18 +190,21 @@ class Catalog:
         Example:
             >>> catalog.record_episodes(episode_rows, episodes_version=dt.version())
         """
-        table = _index_rows(rows, episodes_version)
-        with self._session() as client:
-            self._ensure(client)
-            self._insert(client, table)
+        table = index_rows(rows, episodes_version)
+        with self._session() as session:
+            self._ensure(session)
+            self._insert(session, table)
 
-    def _insert(self, client: Any, table: pa.Table) -> None:
+    def _insert(self, session: _Session, table: pa.Table) -> None:
         if table.num_rows == 0:
             return
         try:
-            client.insert_arrow(INDEX_TABLE, table)
+            session.client.insert_arrow(INDEX_TABLE, table)
         except Exception as err:
             raise CatalogQueryError(str(err), f"INSERT INTO {INDEX_TABLE} ({table.num_rows} rows)") from err
+        if session.engine is not None:  # a server merges and cleans up in the background itself
+            session.engine.inserts += 1
+            keep_parts_bounded(session.client, session.engine.inserts)
 
     def query_arrow(self, sql: str, parameters: Mapping[str, object] | None = None) -> pa.Table:
         """Run one SELECT and return its result as Arrow.
@@ -187,9 +225,9 @@ class Catalog:
         if not isinstance(sql, str) or not sql.strip():
             raise ValueError(f"sql must be a non-empty string, got {sql!r}")
         params = dict(parameters) if parameters is not None else None
-        with self._session() as client:
+        with self._session() as session:
             try:
-                result: pa.Table = client.query_arrow(sql, parameters=params)
+                result: pa.Table = session.client.query_arrow(sql, parameters=params)
             except Exception as err:
                 raise CatalogQueryError(str(err), sql) from err
         return result
@@ -243,23 +281,27 @@ class Catalog:
         dataset = delta.to_pyarrow_dataset()
         names = [f.name for f in INDEXED_FIELDS]
         rows = 0
-        with self._session() as client:
-            self._command(client, f"DROP VIEW IF EXISTS {EPISODES_VIEW}")
-            self._command(client, f"DROP TABLE IF EXISTS {INDEX_TABLE}")
-            self._ensure(client)
+        with self._session() as session:
+            self._command(session.client, f"DROP VIEW IF EXISTS {EPISODES_VIEW}")
+            self._command(session.client, f"DROP TABLE IF EXISTS {INDEX_TABLE}")
+            session.ensured.clear()
+            self._ensure(session)
             for batch in dataset.to_batches(columns=names, batch_size=_REBUILD_BATCH_ROWS):
-                table = _index_rows(pa.Table.from_batches([batch]), version)
-                self._insert(client, table)
+                table = index_rows(pa.Table.from_batches([batch]), version)
+                self._insert(session, table)
                 rows += table.num_rows
         return rows
 
     # -- dataset snapshots (architecture decision 6) ---------------------------------------
 
-    def _ensure_snapshots(self, client: Any) -> None:
-        self._ensure(client)
+    def _ensure_snapshots(self, session: _Session) -> None:
+        self._ensure(session)
         # The full snapshot (episode ids and attempts) as JSON; catalogs made before it existed
         # gain the column here. sql and table_versions stay as columns for queries.
-        self._command(client, f"ALTER TABLE {SNAPSHOTS_TABLE} ADD COLUMN IF NOT EXISTS snapshot String")
+        ddl = f"ALTER TABLE {SNAPSHOTS_TABLE} ADD COLUMN IF NOT EXISTS snapshot String"
+        if ddl not in session.ensured:
+            self._command(session.client, ddl)
+            session.ensured.add(ddl)
 
     def save_snapshot(
         self, name: str, snapshot_json: str, *, sql: str, table_versions: Mapping[str, int]
@@ -279,9 +321,9 @@ class Catalog:
         """
         if not isinstance(name, str) or not name.strip():
             raise ValueError(f"snapshot name must be a non-empty string, got {name!r}")
-        with self._session() as client:
-            self._ensure_snapshots(client)
-            existing = self._snapshot_rows(client, name)
+        with self._session() as session:
+            self._ensure_snapshots(session)
+            existing = self._snapshot_rows(session.client, name)
             if existing:
                 if existing[0] == snapshot_json:
                     return
@@ -301,7 +343,7 @@ class Catalog:
                 }
             )
             try:
-                client.insert_arrow(SNAPSHOTS_TABLE, row)
+                session.client.insert_arrow(SNAPSHOTS_TABLE, row)
             except Exception as err:
                 raise CatalogQueryError(str(err), f"INSERT INTO {SNAPSHOTS_TABLE} (name={name!r})") from err
 
@@ -322,11 +364,11 @@ class Catalog:
         Example:
             >>> Snapshot.from_json(catalog.snapshot_json("pick-v3"))
         """
-        with self._session() as client:
-            self._ensure_snapshots(client)
-            rows = self._snapshot_rows(client, name)
+        with self._session() as session:
+            self._ensure_snapshots(session)
+            rows = self._snapshot_rows(session.client, name)
             if not rows:
-                names = self._snapshot_names(client)
+                names = self._snapshot_names(session.client)
                 raise PiCatalogError(
                     f"no dataset snapshot named {name!r} in the catalog at {self.location}; "
                     f"it has {names[:20]}{' ...' if len(names) > 20 else ''}"
@@ -348,35 +390,6 @@ class Catalog:
             >>> Catalog("/data/catalog").snapshot_names()
             ['pick-v3']
         """
-        with self._session() as client:
-            self._ensure_snapshots(client)
-            return self._snapshot_names(client)
-
-
-def _index_rows(rows: pa.Table, episodes_version: int) -> pa.Table:
-    if not isinstance(rows, pa.Table):
-        raise TypeError(f"rows must be a pyarrow.Table in EPISODES_SCHEMA, got {type(rows).__name__}")
-    if isinstance(episodes_version, bool) or not isinstance(episodes_version, int) or episodes_version < 0:
-        raise ValueError(f"episodes_version must be a Delta version (int >= 0), got {episodes_version!r}")
-    missing = [f.name for f in INDEXED_FIELDS if f.name not in rows.column_names]
-    if missing:
-        raise ValueError(f"rows lack columns of EPISODES_SCHEMA: {missing}; pass episodes rows as written")
-    n = rows.num_rows
-    arrays: list[pa.Array | pa.ChunkedArray] = []
-    for field in INDEX_ARROW_SCHEMA:
-        if field.name == "episodes_version":
-            arrays.append(pa.array([episodes_version] * n, pa.int64()))
-        elif field.name == "indexed_at":
-            now_ms = time.time_ns() // 1_000_000
-            arrays.append(pa.array([now_ms] * n, pa.int64()).cast(field.type))
-        else:
-            column = rows.column(field.name)
-            if column.null_count:
-                raise ValueError(f"column {field.name!r} has {column.null_count} nulls; it must have none")
-            try:
-                arrays.append(column.cast(field.type))
-            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
-                raise ValueError(
-                    f"column {field.name!r} of type {column.type} does not cast to {field.type}: {err}"
-                ) from err
-    return pa.Table.from_arrays(arrays, schema=INDEX_ARROW_SCHEMA)
+        with self._session() as session:
+            self._ensure_snapshots(session)
+            return self._snapshot_names(session.client)

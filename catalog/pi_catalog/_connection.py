@@ -1,25 +1,18 @@
 """Where a catalog lives and how a process gets in: location parsing (a chdb path or an
-http(s) server URL), the cross-process lock of a chdb path, and the clickhouse-connect client."""
+http(s) server URL) and the clickhouse-connect client. The cross-process lock of a chdb path
+and the process's engine are `_engine`'s."""
 
 from __future__ import annotations
 
-import contextlib
-import errno
-import fcntl
 import os
-import time
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from pi_catalog._errors import CatalogLockTimeout, PiCatalogError
+from pi_catalog._errors import PiCatalogError
 
 USER_ENV = "PILAKE_CLICKHOUSE_USER"
 PASSWORD_ENV = "PILAKE_CLICKHOUSE_PASSWORD"
-
-# Polling interval while waiting for the lock: short next to a ~50 ms catalog operation.
-_LOCK_POLL_S = 0.02
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,40 +48,6 @@ def parse_location(location: str) -> str | ServerLocation:
             "(ClickHouse server)"
         )
     return os.path.abspath(location)
-
-
-@contextlib.contextmanager
-def exclusive_lock(lock_path: str | None, timeout_s: float) -> Iterator[None]:
-    """Hold an exclusive flock on `lock_path` (None: no lock; a server serializes its own
-    clients), waiting up to `timeout_s` for another process to release it.
-
-    Example:
-        >>> with exclusive_lock("/data/catalog.lock", 60.0):
-        ...     pass
-    """
-    if lock_path is None:
-        yield
-        return
-    os.makedirs(os.path.dirname(lock_path), exist_ok=True)
-    fd = os.open(lock_path, os.O_RDWR | os.O_CREAT, 0o644)
-    try:
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except OSError as err:
-                if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise
-                if time.monotonic() >= deadline:
-                    raise CatalogLockTimeout(lock_path, timeout_s) from None
-                time.sleep(_LOCK_POLL_S)
-        try:
-            yield
-        finally:
-            fcntl.flock(fd, fcntl.LOCK_UN)
-    finally:
-        os.close(fd)
 
 
 def connect(target: str | ServerLocation, location: str) -> Any:

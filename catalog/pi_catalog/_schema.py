@@ -7,6 +7,8 @@ episode twice (a replayed commit, a rebuild) leaves one row after dedup. Users q
 
 from __future__ import annotations
 
+import time
+
 import pyarrow as pa
 from pi_format import EPISODES_SCHEMA
 from pi_format.lake.schemas import UNINDEXED_COLUMNS
@@ -60,12 +62,20 @@ def _index_columns() -> str:
     return ",\n".join(cols)
 
 
+# Outdated parts (those a merge replaced) removed in the next cleanup pass, by one thread: see
+# `_parts` (part directories on disk stay bounded on chdb).
+INDEX_SETTINGS = (
+    "cleanup_delay_period = 1, cleanup_delay_period_random_add = 0, "
+    "concurrent_part_removal_threshold = 1000000"
+)
+
+
 def index_ddl(table: str = INDEX_TABLE) -> str:
     # The version column makes a newer Delta version win over an older one; among equal
     # versions ClickHouse keeps the last inserted row, which is the same data anyway.
     return (
         f"CREATE TABLE IF NOT EXISTS {table} (\n{_index_columns()}\n) "
-        "ENGINE = ReplacingMergeTree(episodes_version) ORDER BY episode_id"
+        f"ENGINE = ReplacingMergeTree(episodes_version) ORDER BY episode_id SETTINGS {INDEX_SETTINGS}"
     )
 
 
@@ -81,3 +91,34 @@ SNAPSHOTS_DDL = (
     "    table_versions String\n"  # JSON: {"episodes": 12, "steps": 12, "video": 12}
     ") ENGINE = MergeTree ORDER BY (name, created_at)"
 )
+
+
+def index_rows(rows: pa.Table, episodes_version: int) -> pa.Table:
+    """`rows` in EPISODES_SCHEMA as `record_episodes` inserts them (INDEX_ARROW_SCHEMA), or a
+    TypeError / ValueError saying what is wrong with them."""
+    if not isinstance(rows, pa.Table):
+        raise TypeError(f"rows must be a pyarrow.Table in EPISODES_SCHEMA, got {type(rows).__name__}")
+    if isinstance(episodes_version, bool) or not isinstance(episodes_version, int) or episodes_version < 0:
+        raise ValueError(f"episodes_version must be a Delta version (int >= 0), got {episodes_version!r}")
+    missing = [f.name for f in INDEXED_FIELDS if f.name not in rows.column_names]
+    if missing:
+        raise ValueError(f"rows lack columns of EPISODES_SCHEMA: {missing}; pass episodes rows as written")
+    n = rows.num_rows
+    arrays: list[pa.Array | pa.ChunkedArray] = []
+    for field in INDEX_ARROW_SCHEMA:
+        if field.name == "episodes_version":
+            arrays.append(pa.array([episodes_version] * n, pa.int64()))
+        elif field.name == "indexed_at":
+            now_ms = time.time_ns() // 1_000_000
+            arrays.append(pa.array([now_ms] * n, pa.int64()).cast(field.type))
+        else:
+            column = rows.column(field.name)
+            if column.null_count:
+                raise ValueError(f"column {field.name!r} has {column.null_count} nulls; it must have none")
+            try:
+                arrays.append(column.cast(field.type))
+            except (pa.ArrowInvalid, pa.ArrowNotImplementedError) as err:
+                raise ValueError(
+                    f"column {field.name!r} of type {column.type} does not cast to {field.type}: {err}"
+                ) from err
+    return pa.Table.from_arrays(arrays, schema=INDEX_ARROW_SCHEMA)

@@ -97,7 +97,13 @@ def resolve_ids(
             )
         from pi_catalog import Catalog
 
-        return Catalog(catalog).episode_ids(sql, sql_parameters)
+        index = Catalog(catalog)
+        try:
+            return index.episode_ids(sql, sql_parameters)
+        finally:
+            # a training process resolves once: give the embedded engine (its memory, threads and
+            # the path's lock) back rather than hold it for the whole run
+            index.close()
     if episode_ids is not None:
         if isinstance(episode_ids, str):
             raise TypeError("episode_ids must be a sequence of ids, got a single str; wrap it in a list")

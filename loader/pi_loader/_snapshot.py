@@ -144,16 +144,24 @@ class Snapshot:
         """
         from pi_catalog import Catalog
 
-        Catalog(catalog).save_snapshot(
-            name, self.to_json(), sql=self.sql or "", table_versions=dict(self.table_versions)
-        )
+        index = Catalog(catalog)
+        try:
+            index.save_snapshot(
+                name, self.to_json(), sql=self.sql or "", table_versions=dict(self.table_versions)
+            )
+        finally:
+            index.close()  # a training process saves once: do not hold the embedded engine
 
     @classmethod
     def from_catalog(cls, catalog: str, name: str) -> Snapshot:
         """The snapshot stored under `name` (pi_catalog.PiCatalogError when there is none)."""
         from pi_catalog import Catalog
 
-        return cls.from_json(Catalog(catalog).snapshot_json(name))
+        index = Catalog(catalog)
+        try:
+            return cls.from_json(index.snapshot_json(name))
+        finally:
+            index.close()  # a training process reads once: do not hold the embedded engine
 
 
 def pairs(episode_ids: Sequence[str], attempt_ids: Sequence[str]) -> dict[str, str]:

@@ -135,6 +135,7 @@ def test_lock_timeout_when_another_holder_keeps_the_lock(tmp_path: Path) -> None
     cat = Catalog(str(tmp_path / "catalog"), lock_timeout_s=0.1)
     cat.ensure_schema()
     assert cat.lock_path == str(tmp_path / "catalog") + ".lock"
+    cat.close()  # this process keeps its engine (and the lock) until another process waits
     fd = os.open(cat.lock_path, os.O_RDWR)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
