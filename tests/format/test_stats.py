@@ -270,6 +270,26 @@ def test_merge_norm_stats_from_rows_and_from_older_rows() -> None:
         S.merge_norm_stats(_rows(episodes).slice(0, 0))
 
 
+def test_rows_in_many_chunks_merge_as_in_one() -> None:
+    """Rows read as one chunk per row group (group commits) give the same statistics, and
+    sketch columns chunked differently decode to the same knots."""
+    rng = np.random.default_rng(5)
+    episodes = [_episode(rng, int(rng.integers(5, 120)), 2, s) for s in SHAPES * 4]
+    rows = _rows(episodes)
+    chunked = pa.Table.from_batches(rows.to_batches(max_chunksize=5))
+    assert chunked.column("proprio_sketch").num_chunks > 1
+    one, many = S.merge_norm_stats(rows), S.merge_norm_stats(chunked)
+    for kind in ("proprio", "action"):
+        for name in ("count", "mean", "std", "min", "max", "q01", "q99"):
+            assert np.array_equal(getattr(one[kind], name), getattr(many[kind], name)), (kind, name)
+    action = rows.column("action_sketch").combine_chunks()
+    split = pa.chunked_array([action[:7], action[7:]])  # chunks unlike the proprio column's
+    whole = S.decode_sketches(rows.column("proprio_sketch"), action)
+    for act in (split, action):
+        got = S.decode_sketches(chunked.column("proprio_sketch"), act)
+        assert np.array_equal(got.knots, whole.knots) and np.array_equal(got.counts, whole.counts)
+
+
 def test_old_lake_gets_the_statistics_columns(tmp_path: Path) -> None:
     from deltalake import DeltaTable
 

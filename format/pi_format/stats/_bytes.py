@@ -55,16 +55,19 @@ class Sketches:
     grid: SketchGrid = GRID_V1
 
 
-def _blob_rows(chunk: pa.Array) -> np.ndarray:
-    """[n, L] uint8 view of a binary array whose values all have length L (no copy)."""
+def _offset_type(arrow_type: pa.DataType) -> type:
+    if pa.types.is_large_binary(arrow_type):
+        return np.int64
+    if pa.types.is_binary(arrow_type):
+        return np.int32
+    raise SketchError(f"sketches must be binary, got {arrow_type}")
+
+
+def _blob_rows(chunk: pa.Array, off_type: type) -> np.ndarray:
+    """[n, L] uint8 view of a binary array (offsets of `off_type`) whose values all have length
+    L (no copy)."""
     if chunk.null_count:
         raise SketchError(f"{chunk.null_count} null sketch(es): select rows with sketches first")
-    if pa.types.is_large_binary(chunk.type):
-        off_type: type = np.int64
-    elif pa.types.is_binary(chunk.type):
-        off_type = np.int32
-    else:
-        raise SketchError(f"sketches must be binary, got {chunk.type}")
     n = len(chunk)
     buffers = chunk.buffers()
     offsets: np.ndarray = np.frombuffer(buffers[1], dtype=off_type)[chunk.offset : chunk.offset + n + 1]
@@ -93,7 +96,8 @@ def _sketch_rows(
         chunks = [pa.array(list(blobs), type=pa.binary())] if len(blobs) else []
     if not chunks:
         raise SketchError("no sketches to decode")
-    views = [_blob_rows(c) for c in chunks]
+    off_type = _offset_type(chunks[0].type)  # one type for all chunks of a column
+    views = [_blob_rows(c, off_type) for c in chunks]
     widths = {v.shape[1] for v in views}
     if len(widths) != 1:
         raise SketchError(f"sketches of different sizes ({sorted(widths)} bytes)")
@@ -131,12 +135,21 @@ def decode_sketches(*columns: pa.Array | pa.ChunkedArray | Sequence[bytes]) -> S
     total_d = sum(d for _, _, d in parts)
     out = np.empty((e, total_d, grid.knots), dtype=np.float32)
     heads = np.empty((len(parts), e, 4), dtype="<u4")  # magic, version..K, D.., count
-    at = 0
-    for i, (views, _, d) in enumerate(parts):  # one C loop over the chunks per column
+    dims = np.cumsum([0] + [d for _, _, d in parts]).tolist()
+    k = grid.knots
+    for i, (views, _, _) in enumerate(parts):  # one C loop over the chunks per column
         np.concatenate([v[:, :SKETCH_HEADER_BYTES].view("<u4") for v in views], out=heads[i])
-        payload = [v[:, SKETCH_HEADER_BYTES:].view("<f4").reshape(len(v), d, grid.knots) for v in views]
-        np.concatenate(payload, out=out[:, at : at + d])
-        at += d
+    lengths = [[len(v) for v in views] for views, _, _ in parts]
+    if all(n == lengths[0] for n in lengths):  # chunks of the same rows: each filled whole in turn
+        at = 0
+        for n, *chunk in zip(lengths[0], *(views for views, _, _ in parts), strict=True):
+            for v, lo, hi in zip(chunk, dims[:-1], dims[1:], strict=True):
+                out[at : at + n, lo:hi] = v[:, SKETCH_HEADER_BYTES:].view("<f4").reshape(n, hi - lo, k)
+            at += n
+    else:
+        for (views, _, d), lo in zip(parts, dims[:-1], strict=True):
+            payload = [v[:, SKETCH_HEADER_BYTES:].view("<f4").reshape(len(v), d, k) for v in views]
+            np.concatenate(payload, out=out[:, lo : lo + d])
     # within a column: one magic, version, grid, K, D in every sketch; across columns: one count
     if (heads[:, :, :3] != heads[:, :1, :3]).any():
         raise SketchError("sketches of different grids or dimensions: select one robot type")

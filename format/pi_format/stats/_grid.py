@@ -60,7 +60,9 @@ def knot_indices(count: int | np.ndarray, grid: SketchGrid = GRID_V1) -> np.ndar
     """Indices of the order statistics a sketch keeps for episodes of `count` steps: [K] for an
     int, [E, K] for an array of counts (non-decreasing along K; repeats for short episodes)."""
     n = np.asarray(count, dtype=np.int64)
-    return np.floor(grid.ranks * (n[..., None] - 1) + 0.5).astype(np.int64)
+    at = grid.ranks * (n[..., None] - 1)  # then rounded half up, in place
+    at += 0.5
+    return np.floor(at, out=at).astype(np.int64)
 
 
 def cumulative_masses(counts: np.ndarray, grid: SketchGrid = GRID_V1) -> np.ndarray:
@@ -72,7 +74,10 @@ def cumulative_masses(counts: np.ndarray, grid: SketchGrid = GRID_V1) -> np.ndar
     n = np.asarray(counts, dtype=np.int64)
     idx = knot_indices(n, grid)
     out = np.zeros((len(n), idx.shape[1] + 1), dtype=np.int64)
-    out[:, 1:-1] = (idx[:, :-1] + idx[:, 1:]) // 2 + 1
+    inner = out[:, 1:-1]  # (idx[k] + idx[k + 1]) // 2 + 1, in place
+    np.add(idx[:, :-1], idx[:, 1:], out=inner)
+    inner //= 2
+    inner += 1
     out[:, -1] = n
     return out
 

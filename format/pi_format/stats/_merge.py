@@ -90,10 +90,18 @@ _F32 = np.float32
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 
-def _order_bits(w: np.ndarray) -> np.ndarray:
-    """uint64 of float32 `w` whose unsigned order is the floats' order (-0.0 taken as 0.0)."""
-    u = (w + _F32(0.0)).view(np.uint32)
-    return np.where(u >> 31, ~u, u | np.uint32(0x80000000)).astype(np.uint64)
+def _order_bits(w: np.ndarray, shift: int = 0) -> np.ndarray:
+    """uint64 of float32 `w` whose unsigned order is the floats' order (-0.0 taken as 0.0),
+    shifted left by `shift` bits (in place: one uint64 array made)."""
+    i = (w + _F32(0.0)).view(np.int32)
+    flip = i >> np.int32(31)  # -1 where negative: flip the 31 value bits, giving signed order
+    flip &= np.int32(0x7FFFFFFF)
+    flip ^= i
+    flip ^= np.int32(-0x80000000)  # signed order to unsigned order
+    out = flip.view(np.uint32).astype(np.uint64)
+    if shift:
+        out <<= np.uint64(shift)
+    return out
 
 
 def _from_order_bits(bits: int) -> float:
@@ -113,16 +121,17 @@ class _Merge:
         self.total = int(self.counts.sum())
         cum = cumulative_masses(self.counts, sketches.grid)  # [E, K + 1]
         self.cum = cum.ravel()
-        self.mass = np.diff(cum, axis=1).astype(np.uint64).ravel()  # [E * K]: steps per knot
-        self._edges: dict[tuple[bool, int], np.ndarray] = {}
+        self.mass = np.diff(cum, axis=1).view(np.uint64).ravel()  # [E * K]: steps per knot (>= 0)
+        self._edges: dict[int, np.ndarray] = {}
 
     def edge(self, from_top: bool, j: int = 0) -> np.ndarray:
         """[D, E]: knot j from the tail side of every episode (j = 0: its min, or its max)."""
-        got = self._edges.get((from_top, j))
-        if got is None:
-            k = self.k - 1 - j if from_top else j
-            got = self._edges[from_top, j] = np.ascontiguousarray(self.knots[:, :, k].T)
-        return got
+        k = self.k - 1 - j if from_top else j
+        if k not in self._edges:  # the four used, in one pass over the knots
+            wanted = sorted({k, 0, self.k - 1, min(_HEAD, self.k) - 1, self.k - min(_HEAD, self.k)})
+            got = np.ascontiguousarray(self.knots.take(wanted, axis=2).transpose(2, 1, 0))
+            self._edges.update(zip(wanted, got, strict=True))
+        return self._edges[k]
 
     @staticmethod
     def count(passing: np.ndarray) -> np.ndarray:
@@ -139,13 +148,15 @@ class _Merge:
         size = min(_MODEL_KNOTS, self.k * self.e)
         kk = rng.integers(0, self.k, size=size)
         ee = rng.integers(0, self.e, size=size)
-        s = self.knots[ee, :, kk].T  # [D, s]
+        s = np.ascontiguousarray(self.knots[ee, :, kk].T)  # [D, s]
         m = self.mass.take(ee * self.k + kk).astype(np.float64)
         # sorted as 64-bit keys (value order bits, then the sample's index): no argsort
-        keys = np.sort((_order_bits(s) << np.uint64(32)) | np.arange(size, dtype=np.uint64), axis=1)
+        keys = _order_bits(s, 32)
+        keys |= np.arange(size, dtype=np.uint64)
+        keys.sort(axis=1)
         order = (keys & _LOW32).astype(np.intp)
         vals = np.take_along_axis(s, order, axis=1)
-        w = m[order]
+        w = m.take(order)
         msum = max(float(m.sum()), 1.0)  # knots of 1-step episodes beyond the first weigh 0
         cdf = np.cumsum(w, axis=1) / msum
         # standard error of a ratio estimate of a proportion p from weights w: sqrt(Σw²(1−p)²
@@ -173,23 +184,29 @@ class _Merge:
         lo = np.where(up[:, None], lo, np.nextafter(lo, _F32(-np.inf)))
         hi = np.where(up[:, None], np.nextafter(hi, _F32(np.inf)), hi)
         answer = np.full(lo.shape, np.nan)
-        for from_top in (False, True):  # brackets of one float first: ties, settled cheaply
+        self.edge(False)  # the edges, made once before the tails share them
+
+        def tail(from_top: bool) -> None:  # one tail's quantiles, into `answer`
             qi, di = np.nonzero(np.broadcast_to(up[:, None] == from_top, lo.shape))
-            answer[qi, di] = self.tie(di, lo[qi, di], hi[qi, di], goal[qi], from_top)
-        for _ in range(2):  # a bracket missing its answer is widened once, to ±inf on that side
-            tails = [np.nonzero(np.isnan(answer) & (up[:, None] == top)) for top in (False, True)]
-            jobs = [
-                (qi, di, lo[qi, di], hi[qi, di], goal[qi], top)
-                for (qi, di), top in zip(tails, (False, True), strict=True)
-                if len(qi)
-            ]
-            if _THREADS and len(jobs) == 2:  # the two tails on two cores (numpy releases the GIL)
-                with ThreadPoolExecutor(2) as pool:
-                    results = list(pool.map(lambda job: self.solve(*job), jobs))
-            else:
-                results = [self.solve(*job) for job in jobs]
-            for (qi, di, *_), (found, new_lo, new_hi) in zip(jobs, results, strict=True):
-                answer[qi, di], lo[qi, di], hi[qi, di] = found, new_lo, new_hi
+            t_lo, t_hi, t_goal = lo[qi, di], hi[qi, di], goal[qi]
+            # brackets of one float first: ties, settled cheaply
+            found = self.tie(di, t_lo, t_hi, t_goal, from_top)
+            for _ in range(2):  # a bracket missing its answer is widened once, to ±inf on that side
+                todo = np.flatnonzero(np.isnan(found))
+                if not len(todo):
+                    break
+                found[todo], t_lo[todo], t_hi[todo] = self.solve(
+                    qi[todo], di[todo], t_lo[todo], t_hi[todo], t_goal[todo], from_top
+                )
+            answer[qi, di] = found
+
+        tails = [top for top in (False, True) if (up == top).any()]
+        if _THREADS and len(tails) == 2:  # the two tails on two cores (numpy releases the GIL)
+            with ThreadPoolExecutor(2) as pool:
+                list(pool.map(tail, tails))
+        else:
+            for top in tails:
+                tail(top)
         if np.isnan(answer).any():  # unreachable: ±inf brackets hold every answer
             raise AssertionError("a quantile bracket held no answer")
         return answer
@@ -257,9 +274,10 @@ class _Merge:
         one = ~beyond & (at_least >= goal) & (np.nextafter(near, far) == far)
         todo = ~beyond & ~one
         full_b = np.flatnonzero(b[:, -1] & todo[gg])
-        b_full = None
+        b_full = r_full = None
         if len(full_b):
-            b_full = self.passing(np.take(r, full_b, axis=0), far[gg[full_b], None], from_top)
+            r_full = np.take(r, full_b, axis=0)
+            b_full = self.passing(r_full, far[gg[full_b], None], from_top)
             nb[full_b] = self.count(b_full)
         end = self.merged(gg, ee, nb, groups, from_top)
         short = todo & (end < goal)  # past the inner end
@@ -272,14 +290,14 @@ class _Merge:
         walk = todo & ~short
         if walk.any():
             # the knots inside a bracket: on the tail side of its inner end, not of the other
-            keys, kg = self.candidates(r, gg, ee, a ^ b, walk, from_top, skip=full_b)
-            keys2, kg2 = np.empty(0, np.uint64), np.empty(0, np.intp)
-            if b_full is not None:
-                a_full = self.passing(np.take(r, full_b, axis=0), near[gg[full_b], None], from_top)
-                keys2, kg2 = self.candidates(
-                    np.take(r, full_b, axis=0), gg[full_b], ee[full_b], a_full ^ b_full, walk, from_top
+            keys, bounds = self.candidates(r, gg, ee, a ^ b, walk, from_top, skip=full_b)
+            keys2, bounds2 = np.empty(0, np.uint64), np.zeros(groups + 1, np.int64)
+            if b_full is not None and r_full is not None:
+                a_full = self.passing(r_full, near[gg[full_b], None], from_top)
+                keys2, bounds2 = self.candidates(
+                    r_full, gg[full_b], ee[full_b], a_full ^ b_full, walk, from_top
                 )
-            found = self.walk(keys, kg, keys2, kg2, start, goal)
+            found = self.walk(keys, bounds, keys2, bounds2, start, goal)
             answer[walk] = (-found if from_top else found)[walk]
         new_lo, new_hi = (new_far, new_near) if from_top else (new_near, new_far)
         return answer, new_lo, new_hi
@@ -306,34 +324,42 @@ class _Merge:
         skip: np.ndarray | None = None,
     ) -> tuple[np.ndarray, np.ndarray]:
         """Sort keys (order bits of the value walked ascending — negated on a high tail — then
-        the knot's mass) and groups of the knots marked `inside` [A, J] (J knots from the tail
-        side of each row of r) in groups to walk, rows in `skip` left out."""
+        the knot's mass) of the knots marked `inside` [A, J] (J knots from the tail side of each
+        row of r) in groups to walk, rows in `skip` left out, and where each group's keys start
+        ([groups + 1]: rows, hence keys, are group-major)."""
         inside &= walk[gg, None]
         if skip is not None and len(skip):
             inside[skip] = False
+        per_group = np.bincount(gg, weights=np.count_nonzero(inside, axis=1), minlength=len(walk))
+        bounds = np.zeros(len(walk) + 1, np.int64)
+        np.cumsum(per_group.astype(np.int64), out=bounds[1:])
         at = np.flatnonzero(inside)
-        rows, j = np.divmod(at, inside.shape[1])
-        kk = self.k - 1 - j if from_top else j
-        w = r[rows, kk]
+        rows, kk = np.divmod(at, inside.shape[1])
+        if from_top:  # knot j from the top is knot K - 1 - j
+            np.subtract(self.k - 1, kk, out=kk)
+        at = rows * self.k  # flat index in r, then in the masses: 1-D takes
+        at += kk
+        w = r.reshape(-1).take(at)
         if from_top:  # descending values are ascending negated ones (exact)
             np.negative(w, out=w)
-        keys = (_order_bits(w) << np.uint64(32)) | self.mass.take(ee.take(rows) * self.k + kk)
-        return keys, gg.take(rows)
+        keys = _order_bits(w, 32)
+        np.multiply(ee.take(rows), self.k, out=at)
+        at += kk
+        keys |= self.mass.take(at)
+        return keys, bounds
 
     @staticmethod
     def walk(
         keys: np.ndarray,
-        g: np.ndarray,
+        bounds: np.ndarray,
         keys2: np.ndarray,
-        g2: np.ndarray,
+        bounds2: np.ndarray,
         start: np.ndarray,
         goal: np.ndarray,
     ) -> np.ndarray:
-        """Per group: its candidates' keys (from both sets; `g`, `g2` non-decreasing) sorted
-        and walked from mass start[g]; the answer is the value of the first at which the mass
-        reaches goal[g] (NaN without candidates)."""
-        groups = np.arange(len(start) + 1)
-        bounds, bounds2 = np.searchsorted(g, groups), np.searchsorted(g2, groups)
+        """Per group g: its candidates' keys (from both sets: keys[bounds[g] : bounds[g + 1]]
+        and the same of keys2) sorted and walked from mass start[g]; the answer is the value of
+        the first at which the mass reaches goal[g] (NaN without candidates)."""
         answer = np.full(len(start), np.nan)
         for group in np.flatnonzero(np.diff(bounds) + np.diff(bounds2)):
             seg = keys[bounds[group] : bounds[group + 1]]

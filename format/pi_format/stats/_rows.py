@@ -54,8 +54,9 @@ class NormStats:
         return self.q01, self.q99
 
 
-def _list_matrix(column: pa.ChunkedArray | pa.Array, dtype: type, what: str) -> np.ndarray:
-    """[rows, width] from a list column without nulls whose lists all have one length."""
+def _list_matrix(column: pa.ChunkedArray | pa.Array, dtype: type | None, what: str) -> np.ndarray:
+    """[rows, width] from a list column without nulls whose lists all have one length (`dtype`
+    None: as stored)."""
     if isinstance(column, pa.ChunkedArray):
         column = column.combine_chunks() if column.num_chunks != 1 else column.chunk(0)
     if column.null_count:
@@ -69,7 +70,9 @@ def _list_matrix(column: pa.ChunkedArray | pa.Array, dtype: type, what: str) -> 
         )
     width = int(lengths[0]) if len(lengths) else 0
     flat = column.values.to_numpy(zero_copy_only=False)[offsets[0] : offsets[-1]]
-    return np.ascontiguousarray(flat.astype(dtype, copy=False).reshape(len(lengths), width))
+    if dtype is not None:
+        flat = flat.astype(dtype, copy=False)
+    return np.ascontiguousarray(flat.reshape(len(lengths), width))
 
 
 def _valid(table: pa.Table, name: str) -> np.ndarray:
@@ -112,48 +115,64 @@ def merge_norm_stats(
     if episodes.num_rows == 0:
         raise ValueError("no episodes rows to merge")
     counts = episodes.column("step_count").to_numpy(zero_copy_only=False).astype(np.int64)
+    missing = {kind: int((~_valid(episodes, f"{kind}_sketch")).sum()) for kind in kinds}
+    sketched = [kind for kind in kinds if quantiles and missing[kind] == 0]
+    out = _moments(episodes, kinds, counts, missing)
+    if not sketched:
+        return out
+    sk = decode_sketches(*(episodes.column(f"{kind}_sketch") for kind in sketched))
+    if (sk.counts != counts).any():
+        raise SketchError("sketch step counts disagree with step_count")
+    dims = [out[kind].mean.shape[0] for kind in sketched]
+    if sum(dims) != sk.knots.shape[1]:
+        raise SketchError(f"sketches hold {sk.knots.shape[1]} dims, the rows {sum(dims)} ({sketched})")
+    q01, q99 = merge_quantiles(sk, NORM_QUANTILES)
+    bound = rank_error_bound(NORM_QUANTILES[0], len(counts), int(counts.sum()), sk.grid)
+    at = 0
+    for kind, d in zip(sketched, dims, strict=True):
+        out[kind] = replace(out[kind], q01=q01[at : at + d], q99=q99[at : at + d], rank_error_bound=bound)
+        at += d
+    return out
+
+
+def _moments(
+    episodes: pa.Table, kinds: Sequence[str], counts: np.ndarray, missing: dict[str, int]
+) -> dict[str, NormStats]:
+    """The NormStats of each kind without q01/q99."""
     out: dict[str, NormStats] = {}
-    sketched = []
+    exact = {kind: _valid(episodes, f"{kind}_mean64") & _valid(episodes, f"{kind}_m2") for kind in kinds}
+    # the list columns read, each made one chunk in one call (rows arrive as one chunk per row
+    # group: joining them column by column costs more)
+    names = []
     for kind in kinds:
-        exact_rows = _valid(episodes, f"{kind}_mean64") & _valid(episodes, f"{kind}_m2")
+        moments = ("mean64", "m2") if exact[kind].all() else ("mean", "std", "mean64", "m2")
+        names += [f"{kind}_{name}" for name in (*moments, "min", "max")]
+    lists = episodes.select([n for n in dict.fromkeys(names) if n in episodes.column_names]).combine_chunks()
+    for kind in kinds:
+        exact_rows = exact[kind]
         if exact_rows.all():
-            means = _list_matrix(episodes.column(f"{kind}_mean64"), np.float64, f"{kind}_mean64")
-            m2s = _list_matrix(episodes.column(f"{kind}_m2"), np.float64, f"{kind}_m2")
+            means = _list_matrix(lists.column(f"{kind}_mean64"), np.float64, f"{kind}_mean64")
+            m2s = _list_matrix(lists.column(f"{kind}_m2"), np.float64, f"{kind}_m2")
         else:  # rows older than the float64 moments: their float32 mean and std
-            mean32 = _list_matrix(episodes.column(f"{kind}_mean"), np.float64, f"{kind}_mean")
-            std32 = _list_matrix(episodes.column(f"{kind}_std"), np.float64, f"{kind}_std")
-            means = _filled(episodes, f"{kind}_mean64", exact_rows, mean32)
-            m2s = _filled(episodes, f"{kind}_m2", exact_rows, counts[:, None] * np.square(std32))
+            mean32 = _list_matrix(lists.column(f"{kind}_mean"), np.float64, f"{kind}_mean")
+            std32 = _list_matrix(lists.column(f"{kind}_std"), np.float64, f"{kind}_std")
+            means = _filled(lists, f"{kind}_mean64", exact_rows, mean32)
+            m2s = _filled(lists, f"{kind}_m2", exact_rows, counts[:, None] * np.square(std32))
         total, mean, m2 = merge_moments(counts, means, m2s)
-        missing = int((~_valid(episodes, f"{kind}_sketch")).sum())
-        if quantiles and missing == 0:
-            sketched.append(kind)
         out[kind] = NormStats(
             episodes=episodes.num_rows,
             count=total,
             mean=mean,
             std=np.sqrt(np.maximum(m2, 0.0) / total),
-            min=_list_matrix(episodes.column(f"{kind}_min"), np.float64, f"{kind}_min").min(axis=0),
-            max=_list_matrix(episodes.column(f"{kind}_max"), np.float64, f"{kind}_max").max(axis=0),
+            # min/max as stored (float32), then widened: the same values, a smaller pass
+            min=_list_matrix(lists.column(f"{kind}_min"), None, f"{kind}_min").min(axis=0).astype(np.float64),
+            max=_list_matrix(lists.column(f"{kind}_max"), None, f"{kind}_max").max(axis=0).astype(np.float64),
             q01=None,
             q99=None,
             exact=bool(exact_rows.all()),
-            missing_sketches=missing,
+            missing_sketches=missing[kind],
             rank_error_bound=None,
         )
-    if sketched:
-        sk = decode_sketches(*(episodes.column(f"{kind}_sketch") for kind in sketched))
-        if (sk.counts != counts).any():
-            raise SketchError("sketch step counts disagree with step_count")
-        dims = [out[kind].mean.shape[0] for kind in sketched]
-        if sum(dims) != sk.knots.shape[1]:
-            raise SketchError(f"sketches hold {sk.knots.shape[1]} dims, the rows {sum(dims)} ({sketched})")
-        q01, q99 = merge_quantiles(sk, NORM_QUANTILES)
-        bound = rank_error_bound(NORM_QUANTILES[0], len(counts), int(counts.sum()), sk.grid)
-        at = 0
-        for kind, d in zip(sketched, dims, strict=True):
-            out[kind] = replace(out[kind], q01=q01[at : at + d], q99=q99[at : at + d], rank_error_bound=bound)
-            at += d
     return out
 
 
