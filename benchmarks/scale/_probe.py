@@ -156,20 +156,39 @@ def encoded_sizes(
     the frame's share of an intra-only chunk). Averaged over every step of up to `max_episodes`
     episodes drawn at random (all of them when fewer; the first ones with `contiguous`)."""
     import numpy as np
+    import pyarrow as pa
     import pyarrow.compute as pc
     from pi_format.lake import LakeLayout, read_committed, read_visible
 
     layout = LakeLayout(str(lake))
-    committed = read_committed(layout, ["cameras"])
+    committed = read_committed(layout, ["attempt_id", "cameras", "steps_file", "video_file"])
     ids = sorted(committed.column("episode_id").to_pylist())
     count = min(max_episodes, len(ids))
     # contiguous ids sit in one data file (cheap on a big lake where every episode is the same)
     chosen = ids[:count] if contiguous else sorted(random.Random(seed).sample(ids, count))
     where = pc.field("episode_id").isin(chosen)
-    steps = read_visible(layout, "steps", ["episode_id", "camera_frame_index"], filters=where)
-    video = read_visible(
-        layout, "video", ["episode_id", "camera", "first_frame", "frame_count", "data"], filters=where
-    )
+    chosen_rows = committed.filter(pc.is_in(committed.column("episode_id"), pa.array(chosen)))
+    if chosen_rows.column("video_file").null_count == 0:
+        # read only the files the chosen episodes' locators name: a filter through delta-rs reads
+        # every video file first (the whole table, ~12 GB of memory at 100,000 episodes)
+        attempts = pc.field("attempt_id").isin(chosen_rows.column("attempt_id").to_pylist())
+        steps = _read_files(
+            layout.table("steps"),
+            chosen_rows.column("steps_file"),
+            ["episode_id", "camera_frame_index"],
+            where & attempts,
+        )
+        video = _read_files(
+            layout.table("video"),
+            chosen_rows.column("video_file"),
+            ["episode_id", "camera", "first_frame", "frame_count", "data"],
+            where & attempts,
+        )
+    else:  # a lake older than the locators
+        steps = read_visible(layout, "steps", ["episode_id", "camera_frame_index"], filters=where)
+        video = read_visible(
+            layout, "video", ["episode_id", "camera", "first_frame", "frame_count", "data"], filters=where
+        )
     sizes = pc.binary_length(video.column("data")).to_pylist()
     rows: dict[tuple[str, str], list[tuple[int, int, int]]] = {}
     for e, cam, first, count, size in zip(
@@ -203,6 +222,14 @@ def encoded_sizes(
         "chunk_bytes_per_sample": round(chunk_total / max(samples, 1), 1),
         "frame_bytes_per_sample": round(frame_total / max(samples, 1), 1),
     }
+
+
+def _read_files(table_root: str, files: Any, columns: list[str], where: Any) -> Any:
+    """The rows matching `where` of the distinct data files `files` (relative to `table_root`)."""
+    import pyarrow.dataset as pads
+
+    paths = sorted({f"{table_root.rstrip('/')}/{name}" for name in files.to_pylist()})
+    return pads.dataset(paths, format="parquet").to_table(columns=columns, filter=where)
 
 
 def main() -> None:
