@@ -192,11 +192,11 @@ class _Merge:
             # brackets of one float first: ties, settled cheaply
             found = self.tie(di, t_lo, t_hi, t_goal, from_top)
             for _ in range(2):  # a bracket missing its answer is widened once, to ±inf on that side
-                todo = np.flatnonzero(np.isnan(found))
-                if not len(todo):
+                unsolved = np.flatnonzero(np.isnan(found))
+                if not len(unsolved):
                     break
-                found[todo], t_lo[todo], t_hi[todo] = self.solve(
-                    qi[todo], di[todo], t_lo[todo], t_hi[todo], t_goal[todo], from_top
+                found[unsolved], t_lo[unsolved], t_hi[unsolved] = self.solve(
+                    qi[unsolved], di[unsolved], t_lo[unsolved], t_hi[unsolved], t_goal[unsolved], from_top
                 )
             answer[qi, di] = found
 
@@ -272,22 +272,22 @@ class _Merge:
         beyond = start >= goal  # the answer lies past the tail-side end
         # a bracket holding one float (ties: a gripper at exactly 0) is its own answer
         one = ~beyond & (at_least >= goal) & (np.nextafter(near, far) == far)
-        todo = ~beyond & ~one
-        full_b = np.flatnonzero(b[:, -1] & todo[gg])
+        unsolved = ~beyond & ~one
+        full_b = np.flatnonzero(b[:, -1] & unsolved[gg])
         b_full = r_full = None
         if len(full_b):
             r_full = np.take(r, full_b, axis=0)
             b_full = self.passing(r_full, far[gg[full_b], None], from_top)
             nb[full_b] = self.count(b_full)
         end = self.merged(gg, ee, nb, groups, from_top)
-        short = todo & (end < goal)  # past the inner end
+        short = unsolved & (end < goal)  # past the inner end
         answer = np.full(groups, np.nan)
         answer[one] = far[one]
         new_near, new_far = near.copy(), far.copy()
         outward = np.inf if from_top else -np.inf
         new_far[beyond], new_near[beyond] = near[beyond], outward
         new_near[short], new_far[short] = far[short], -outward
-        walk = todo & ~short
+        walk = unsolved & ~short
         if walk.any():
             # the knots inside a bracket: on the tail side of its inner end, not of the other
             keys, bounds = self.candidates(r, gg, ee, a ^ b, walk, from_top, skip=full_b)
