@@ -22,12 +22,14 @@ from pi_format import LakeLayout
 from pi_format.stats import NormStats
 
 from pi_loader._cache import CacheConfig
-from pi_loader._chunk_index import ChunkIndex, index_directory
-from pi_loader._gather import ImageAllocator, SampleGather
+from pi_loader._chunk_index import index_directory
+from pi_loader._episodes_rows import segment_directory
+from pi_loader._events import log_opened
+from pi_loader._gather import ImageAllocator
 from pi_loader._lake import EpisodeData, Stats, make_storage, pooled_stats
-from pi_loader._locators import EpisodeLocators
 from pi_loader._order import SharedEpoch, check_seed, sample_order
-from pi_loader._row_groups import DEFAULT_FOOTER_CACHE_BYTES, RowGroupReader
+from pi_loader._readers import CacheSizes, build_readers
+from pi_loader._row_groups import DEFAULT_FOOTER_CACHE_BYTES
 from pi_loader._sample_index import SampleIndex
 from pi_loader._selection import (
     check_spec_fits,
@@ -36,11 +38,8 @@ from pi_loader._selection import (
     resolve_snapshot,
     select_episodes,
 )
-from pi_loader._snapshot import Snapshot
+from pi_loader._snapshot import PackedSnapshot, Snapshot
 from pi_loader._spec import SampleSpec, spec_from_arguments
-from pi_loader._steps import StepsReader
-from pi_loader._steps_index import StepsIndex
-from pi_loader._video import VideoFrames
 
 # Decoded chunks kept per process: a chunk of 10 frames at 224x224 yuv420p is ~0.75 MB, so 64
 # chunks bound a worker's decoded video at ~48 MB while block-shuffled neighbours still hit.
@@ -129,14 +128,12 @@ class Dataset:
         self._epoch = check_seed("epoch", epoch)
         self._shared_epoch = SharedEpoch(self._epoch)  # set_epoch reaches pickled copies (workers)
         spec = spec_from_arguments(spec, cameras, action_horizon)
-        for name, size in (
-            ("chunk_cache_size", chunk_cache_size),
-            ("episode_cache_size", episode_cache_size),
-            ("steps_cache_bytes", steps_cache_bytes),
-            ("footer_cache_bytes", footer_cache_bytes),
-        ):
-            if isinstance(size, bool) or not isinstance(size, int) or size < 1:
-                raise ValueError(f"{name} must be an int >= 1, got {size!r}")
+        sizes = CacheSizes(
+            chunk_cache_size=chunk_cache_size,
+            episode_cache_size=episode_cache_size,
+            steps_cache_bytes=steps_cache_bytes,
+            footer_cache_bytes=footer_cache_bytes,
+        )
         pinned = resolve_snapshot(snapshot, catalog, sql, episode_ids)
         ids = (
             list(pinned.episode_ids)
@@ -146,8 +143,18 @@ class Dataset:
 
         self._storage = make_storage(self._layout.root, storage_options, cache)
         self._storage_options = dict(storage_options) if storage_options else None  # norm_stats()
+        # Steps and video chunks are read without footers through per-host indexes of their
+        # files (_steps_index, _chunk_index), kept side by side in one directory with this
+        # host's copy of the episodes rows (_episodes_rows).
+        indexes = index_directory(self._layout.root, cache)
         selection = select_episodes(
-            self._layout, self._storage, ids=ids, pinned=pinned, sql=sql, storage_options=storage_options
+            self._layout,
+            self._storage,
+            ids=ids,
+            pinned=pinned,
+            sql=sql,
+            storage_options=storage_options,
+            rows_directory=segment_directory(indexes),
         )
         self._snapshot = selection.snapshot
         lengths = selection.lengths
@@ -159,46 +166,20 @@ class Dataset:
 
         self._spec = spec.with_cameras(choose_cameras(selection.episode_cameras, spec.cameras))
         check_spec_fits(self._spec, self.episode_ids, lengths, selection.video_sizes)
-        locators = EpisodeLocators.from_rows(selection.rows, self._layout, self.cameras)
-        # One reader (and footer cache) for steps and video: pickling keeps them one object.
-        reader = self._reader = RowGroupReader(self._storage, footer_cache_bytes=footer_cache_bytes)
-        # Steps and video chunks are read without footers through per-host indexes of their
-        # files (_steps_index, _chunk_index), kept side by side in one directory.
-        indexes = index_directory(self._layout.root, cache)
-        versions = self._snapshot.table_versions
-        self._gather = SampleGather(
+        readers = build_readers(
+            selection,
+            layout=self._layout,
+            storage=self._storage,
             spec=self._spec,
             index=self._index,
-            episode_ids=self.episode_ids,
-            attempt_ids=self._snapshot.attempt_ids,
-            episode_cameras=selection.episode_cameras,
-            video_sizes=selection.video_sizes,
-            locators=locators,
             stats=self._stats,
-            steps=StepsReader(
-                reader,
-                locators,
-                episode_ids=self.episode_ids,
-                attempt_ids=self._snapshot.attempt_ids,
-                lengths=lengths,
-                camera_counts=np.array([len(c) for c in selection.episode_cameras], np.int32),
-                version=versions["steps"],
-                max_episodes=episode_cache_size,
-                max_bytes=steps_cache_bytes,
-                steps_index=StepsIndex(indexes),
-            ),
-            video=VideoFrames(
-                reader,
-                locators,
-                episode_ids=self.episode_ids,
-                attempt_ids=self._snapshot.attempt_ids,
-                cameras=self.cameras,
-                version=versions["video"],
-                chunk_cache_size=chunk_cache_size,
-                chunk_index=ChunkIndex(indexes),
-            ),
+            index_directory=indexes,
+            sizes=sizes,
         )
+        self._gather, self._reader = readers.gather, readers.reader
+        self._packed_ids = (readers.episode_ids, readers.attempt_ids)
         self._order: np.ndarray | None = None
+        log_opened(self._snapshot)  # JSON event per episode for `pilake trace`; off by default
 
     # -- properties ------------------------------------------------------------------------
 
@@ -214,12 +195,15 @@ class Dataset:
     @property
     def snapshot(self) -> Snapshot:
         """What this dataset reads, pinned: save it to read the same data later."""
-        return self._snapshot
+        snapshot = self._snapshot
+        if isinstance(snapshot, PackedSnapshot):  # an unpickled copy: unpacked on first use
+            snapshot = self._snapshot = snapshot.unpack()
+        return snapshot
 
     @property
     def episode_ids(self) -> tuple[str, ...]:
         """The selected episodes, sorted (the order samples are numbered in before shuffling)."""
-        return self._snapshot.episode_ids
+        return self.snapshot.episode_ids
 
     @property
     def cameras(self) -> tuple[str, ...]:
@@ -246,7 +230,7 @@ class Dataset:
 
     @property
     def sql(self) -> str | None:
-        return self._snapshot.sql
+        return self.snapshot.sql
 
     @property
     def episode_lengths(self) -> dict[str, int]:
@@ -286,7 +270,7 @@ class Dataset:
             from pi_loader._norm_stats import read_norm_stats
 
             cached = read_norm_stats(
-                self._layout, self._storage, self._snapshot, self.__dict__.get("_storage_options")
+                self._layout, self._storage, self.snapshot, self.__dict__.get("_storage_options")
             )
             self.__dict__["_norm_stats"] = cached
         return dict(cached)
@@ -330,7 +314,7 @@ class Dataset:
         """
         from pi_loader._agreement import dataset_fingerprint
 
-        return dataset_fingerprint(self._snapshot, self._spec, self._seed)
+        return dataset_fingerprint(self.snapshot, self._spec, self._seed)
 
     def check_agreement(self, *, backend: str = "auto", group: Any = None) -> str:
         """Check that every host of the run opened this same dataset (see `pi_loader.agree`):
@@ -380,7 +364,7 @@ class Dataset:
         # Stable across processes and runs (Grain keys checkpoints on a data source's repr).
         return (
             f"Dataset(lake={self._layout.root!r}, episodes={len(self.episode_ids)}, samples={len(self)}, "
-            f"versions={self._snapshot.table_versions}, fingerprint={self._snapshot.fingerprint}, "
+            f"versions={self._snapshot.table_versions}, fingerprint={self.snapshot.fingerprint}, "
             f"spec={self._spec}, seed={self._seed}, epoch={self._epoch})"
         )
 
@@ -469,9 +453,13 @@ class Dataset:
 
     # Picklable by default (numpy arrays, tuples, VideoFrames drops its caches); keep the
     # cached permutation out so pickles stay small: each process recomputes it (pure function).
+    # The snapshot travels packed (its ids are the readers' packed ids: pickled once).
     def __getstate__(self) -> dict[str, Any]:
         state = dict(self.__dict__)
         state["_order"] = None
+        snapshot = state["_snapshot"]
+        if isinstance(snapshot, Snapshot):
+            state["_snapshot"] = PackedSnapshot.pack(snapshot, *self._packed_ids)
         return state
 
     def __setstate__(self, state: dict[str, Any]) -> None:

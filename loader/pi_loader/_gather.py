@@ -50,10 +50,10 @@ class SampleGather:
         *,
         spec: SampleSpec,
         index: SampleIndex,
-        episode_ids: tuple[str, ...],
-        attempt_ids: tuple[str, ...],
+        episode_ids: Sequence[str],
+        attempt_ids: Sequence[str],
         episode_cameras: tuple[tuple[str, ...], ...],
-        video_sizes: tuple[tuple[int, int], ...],
+        video_sizes: np.ndarray,
         locators: EpisodeLocators,
         stats: Mapping[str, Stats],
         steps: StepsReader,
@@ -162,7 +162,7 @@ class SampleGather:
         elif spec.crop is not None:
             height, width = spec.crop[2], spec.crop[3]
         else:
-            height, width = (max(s[i] for s in self._sizes) for i in (0, 1))
+            height, width = (int(self._sizes[:, i].max()) for i in (0, 1))
         history = (spec.frame_history + 1,) if spec.frame_history else ()
         return {IMAGE_KEY_PREFIX + c: (*history, height, width, 3) for c in self._cameras}
 

@@ -6,8 +6,9 @@ and a few small columns, through the `RowGroupReader` whose counters count those
 striped `flock`, so processes that miss the same file at once build it once. It saves the int64
 array [row groups, columns] atomically (`os.replace` of a temp file) as `<sha1>.npy` under the
 host's index directory (`index_directory`), keyed by the file's URI and size (Delta data files
-are immutable), and every process then maps it (`np.load(mmap_mode="r")`: address space and
-shared page cache, not per-process memory). Each process keeps a bounded LRU of open indexes.
+are immutable), and every process then reads the one row it needs when it needs it
+(`IndexRows`: a `pread` from the page cache; nothing mapped, so a process touching thousands of
+files' indexes holds none of their pages). Each process keeps a bounded LRU of open indexes.
 An empty index ([0, columns]) means "not laid out for footer-free reads": readers then use the
 row-group path. A read-only or full disk degrades to indexes held in the process (bounded too).
 """
@@ -30,11 +31,12 @@ from pi_loader._cache import CacheConfig
 from pi_loader._lru import WeightedLRU
 from pi_loader._row_groups import RowGroupReader
 
-# Indexes kept open per process: a memmap costs a file descriptor and address space; one held
-# in memory (no index directory) costs its bytes, so the bound is in bytes, a memmap weighing 1 kB.
+# Indexes kept open per process: one on disk is its path and shape (IndexRows: a row is read
+# when asked, nothing mapped); one held in memory (no index directory) costs its bytes, so the
+# bound is in bytes, an IndexRows weighing 1 kB.
 _OPEN_INDEXES = 256
 _INDEX_MEMORY_BYTES = 32 * 2**20
-_MEMMAP_WEIGHT = 1024
+_ROWS_WEIGHT = 1024
 _LOCK_STRIPES = 64
 
 
@@ -69,7 +71,9 @@ class HostIndex:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._open: WeightedLRU[str, np.ndarray] = WeightedLRU(_INDEX_MEMORY_BYTES, max_items=_OPEN_INDEXES)
+        self._open: WeightedLRU[str, np.ndarray | IndexRows] = WeightedLRU(
+            _INDEX_MEMORY_BYTES, max_items=_OPEN_INDEXES
+        )
         self._writable = self._directory is not None
         self.builds = 0
 
@@ -89,7 +93,7 @@ class HostIndex:
         [0, COLUMNS] when its layout does not allow footer-free reads."""
         raise NotImplementedError
 
-    def entries(self, reader: RowGroupReader, uri: str, path: str) -> np.ndarray:
+    def entries(self, reader: RowGroupReader, uri: str, path: str) -> np.ndarray | IndexRows:
         """The index of the file `uri` (at local `path`), built (through `reader`, whose counters
         count what the build reads) when no process of this host has built it yet."""
         with self._lock:
@@ -109,25 +113,22 @@ class HostIndex:
                     self._save(name, entries)
                     mapped = self._load(name)  # mapped, not held, once saved
                     entries = entries if mapped is None else mapped
-        weight = _MEMMAP_WEIGHT if isinstance(entries, np.memmap) else max(entries.nbytes, 1)
+        weight = _ROWS_WEIGHT if isinstance(entries, IndexRows) else max(entries.nbytes, 1)
         with self._lock:
             self._open.put(uri, entries, weight=weight)
         return entries
 
-    def _load(self, name: str) -> np.ndarray | None:
+    def _load(self, name: str) -> np.ndarray | IndexRows | None:
         if self._directory is None:
             return None
         file = os.path.join(self._directory, name + ".npy")
         try:
-            try:
-                entries = np.load(file, mmap_mode="r")
-            except ValueError:  # an empty index (a file left to the row-group path) cannot be mapped
-                entries = np.load(file)
+            rows = IndexRows.open(file)
         except (OSError, ValueError):  # missing, unreadable or not an index: build it (again)
             return None
-        if entries.dtype != np.int64 or entries.ndim != 2 or entries.shape[1] != self.COLUMNS:
+        if rows.shape[1] != self.COLUMNS:
             return None
-        return np.asarray(entries) if entries.size == 0 else entries
+        return np.empty((0, self.COLUMNS), np.int64) if rows.shape[0] == 0 else rows
 
     def _save(self, name: str, entries: np.ndarray) -> None:
         if not self._writable or self._directory is None:
@@ -164,3 +165,69 @@ class HostIndex:
         finally:
             if fd >= 0:
                 os.close(fd)  # releases the lock
+
+
+class IndexRows:
+    """A saved index read a row at a time (`os.pread` of one row of the .npy file): a lookup
+    costs one small read from the page cache, and nothing is mapped, so a process that touches
+    thousands of files' indexes holds none of their pages (a memory map would count them in its
+    resident set). Has what readers use of an index array: `shape` and `rows[i]`.
+
+    Example:
+        >>> rows = IndexRows.open("/tmp/pilake-chunk-index-0/ab12/3f9e.npy")
+        >>> rows.shape, rows[0]
+        ((150, 8), array([...]))
+    """
+
+    __slots__ = ("_data_offset", "_path", "shape")
+
+    def __init__(self, path: str, shape: tuple[int, int], data_offset: int) -> None:
+        self._path = path
+        self.shape = shape
+        self._data_offset = data_offset
+
+    @classmethod
+    def open(cls, path: str) -> IndexRows:
+        """Read the header of the .npy index at `path` (ValueError: not a 2-D int64 C array)."""
+        with open(path, "rb") as f:
+            version = np.lib.format.read_magic(f)
+            if version == (1, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_1_0(f)
+            elif version == (2, 0):
+                shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
+            else:
+                raise ValueError(f"{path}: .npy version {version} is not one an index is saved in")
+            offset = f.tell()
+            size = os.fstat(f.fileno()).st_size
+        if dtype != np.dtype("<i8") or fortran or len(shape) != 2:
+            raise ValueError(f"{path}: {dtype} {shape} is not an index (2-D little-endian int64)")
+        if size < offset + shape[0] * shape[1] * 8:
+            raise ValueError(f"{path}: {size} bytes, too short for {shape} int64 (truncated?)")
+        return cls(path, (int(shape[0]), int(shape[1])), offset)
+
+    def __getitem__(self, key: int | tuple[int, Any]) -> Any:
+        if isinstance(key, tuple):  # rows[i, column]: the row, then numpy indexing of it
+            row, column = key
+            return self._row(int(row))[column]
+        return self._row(int(key))
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for row in range(self.shape[0]):
+            yield self._row(row)
+
+    def _row(self, row: int) -> np.ndarray:
+        rows, columns = self.shape
+        if not 0 <= row < rows:
+            raise IndexError(f"row {row} of an index of {rows} rows ({self._path})")
+        width = columns * 8
+        fd = os.open(self._path, os.O_RDONLY)
+        try:
+            raw = os.pread(fd, width, self._data_offset + row * width)
+        finally:
+            os.close(fd)
+        if len(raw) != width:
+            raise OSError(f"{self._path}: short read of row {row} ({len(raw)} of {width} bytes)")
+        return np.frombuffer(raw, dtype="<i8")

@@ -16,6 +16,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -26,12 +27,15 @@ from pi_format import LakeLayout
 from pi_format.lake import latest_commits
 
 from pi_loader._cache import CacheConfig
+from pi_loader._episodes_rows import FILE_COLUMN, episodes_rows
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
 from pi_loader._storage import Storage, storage_for
 
 # The tables a dataset reads; their versions pin a dataset (snapshots record them).
 READ_TABLES = ("episodes", "steps", "video")
 STAT_FIELDS = ("mean", "std", "min", "max")
+# A selection spanning at least this many episodes files is read from the host's copy of the rows.
+MANY_FILES = 64
 
 
 def make_storage(
@@ -163,8 +167,15 @@ def _read(
     episode_ids: Sequence[str] | None,
     columns: list[str],
     flt: pads.Expression | None,
+    *,
+    indices: Sequence[int] | None = None,
+    tag_files: bool = False,
 ) -> pa.Table:
-    indices = range(len(files.uris)) if episode_ids is None else files.files_for(episode_ids)
+    """Rows of the files `indices` (default: those that may hold `episode_ids`; all when None),
+    projected to `columns` the table's schema has; with `tag_files`, plus `_episodes_rows`'
+    FILE_COLUMN: each row's file index."""
+    if indices is None:
+        indices = range(len(files.uris)) if episode_ids is None else files.files_for(episode_ids)
     paths = []
     for i in indices:
         try:
@@ -178,7 +189,10 @@ def _read(
         # a lake older than some column (e.g. the locators) reads it as nulls
         columns = [c for c in columns if c in schema.names]
     if not paths:
-        return pa.table({c: pa.array([], pa.null()) for c in columns}).slice(0, 0)
+        empty = pa.table({c: pa.array([], pa.null()) for c in columns}).slice(0, 0)
+        if schema is not None:
+            empty = pa.schema([schema.field(c) for c in columns]).empty_table()
+        return empty.append_column(FILE_COLUMN, pa.array([], pa.int32())) if tag_files else empty
     missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
     if missing:
         raise SnapshotDataMissingError(
@@ -186,11 +200,19 @@ def _read(
         )
     try:
         dataset = pads.dataset(paths, format="parquet", schema=schema)
-        table: pa.Table = dataset.to_table(columns=columns, filter=flt)
+        wanted = [*columns, "__filename"] if tag_files else columns
+        table: pa.Table = dataset.to_table(columns=wanted, filter=flt)
     except FileNotFoundError as err:
         raise SnapshotDataMissingError(
             missing_files_message(files.name, files.version, str(err), err)
         ) from err
+    if tag_files:
+        # pyarrow names each row's file by the path it was given: map it back to the file index
+        names = table.column("__filename").dictionary_encode().combine_chunks()
+        index_of = {path: i for path, i in zip(paths, indices, strict=True)}
+        lookup = np.array([index_of[p] for p in names.dictionary.to_pylist()], dtype=np.int32)
+        file_of_row = lookup[names.indices.to_numpy(zero_copy_only=False)] if len(lookup) else lookup
+        table = table.drop_columns(["__filename"]).append_column(FILE_COLUMN, pa.array(file_of_row))
     return table
 
 
@@ -223,14 +245,34 @@ EPISODE_COLUMNS = (
 
 
 def read_committed_episodes(
-    files: TableFiles, storage: Storage, episode_ids: Sequence[str] | None
+    files: TableFiles,
+    storage: Storage,
+    episode_ids: Sequence[str] | None,
+    rows_directory: Path | None = None,
 ) -> pa.Table:
     """The episodes rows of `episode_ids` (all committed episodes when None), one per id, sorted.
 
-    Columns are EPISODE_COLUMNS; locator columns a lake predates come back as nulls.
+    Columns are EPISODE_COLUMNS; locator columns a lake predates come back as nulls. With a
+    `rows_directory` (`_episodes_rows`), a selection that spans many files is read from this
+    host's memory-mapped copy of the episodes rows, and only files new to it through Parquet.
     """
-    flt = None if episode_ids is None else pads.field("episode_id").isin(list(episode_ids))
-    table = _read(files, storage, episode_ids, list(EPISODE_COLUMNS), flt)
+    columns = list(EPISODE_COLUMNS)
+    ids = None if episode_ids is None else list(episode_ids)
+    indices = None if ids is None else files.files_for(ids)
+    if rows_directory is not None and files.schema is not None and (
+        indices is None or len(indices) >= MANY_FILES
+    ):
+
+        def read(chosen: Sequence[int]) -> pa.Table:
+            return _read(files, storage, None, columns, None, indices=chosen, tag_files=True)
+
+        projected = pa.schema([files.schema.field(c) for c in columns if c in files.schema.names])
+        table = episodes_rows(rows_directory, files.uris, projected, read).drop_columns([FILE_COLUMN])
+        if ids is not None:
+            table = table.filter(pc.is_in(table.column("episode_id"), value_set=pa.array(ids, pa.string())))
+    else:
+        flt = None if ids is None else pads.field("episode_id").isin(ids)
+        table = _read(files, storage, ids, columns, flt, indices=indices)
     for name in LOCATOR_COLUMNS:
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows))

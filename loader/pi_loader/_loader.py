@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import contextlib
 import multiprocessing
+import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -107,6 +108,9 @@ class Loader:
             False, batches are pickled). The arrays of a batch then live in a slot that is
             reused only once they are all garbage, so keeping batches is safe; it only keeps
             their slots (one batch's bytes each) out of the pool.
+        metrics_port: serve Prometheus metrics (samples, prefetch depth, cache hit ratios, bytes
+            read; computed only when scraped) on this port; None: the port or 'first-last' range
+            in $PILAKE_LOADER_METRICS_PORT, if set, else off.
 
     Raises:
         ShardError: a bad shard, or too few samples for the shards.
@@ -136,6 +140,7 @@ class Loader:
         drop_remainder: bool = False,
         mp_context: str = "spawn",
         shared_memory: bool = True,
+        metrics_port: int | None = None,
     ) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset must be a pi_loader.Dataset, got {type(dataset).__name__}")
@@ -187,6 +192,12 @@ class Loader:
         self._reads: dict[str, int] = {}  # sums of Dataset.read_stats deltas, all processes
         # shard size is checked now, so a bad shard fails at construction
         self._epoch_order(self._epoch)
+        # Metrics only when asked: nothing is imported or counted otherwise (pi_loader._metrics).
+        port = metrics_port if metrics_port is not None else os.environ.get("PILAKE_LOADER_METRICS_PORT")
+        if port:
+            from pi_loader._metrics import serve_loader_metrics
+
+            serve_loader_metrics(self, port)
 
     # -- order -----------------------------------------------------------------------------
 

@@ -20,6 +20,8 @@ Reference: parquet-format `src/main/thrift/parquet.thrift` (PageHeader, DataPage
 
 from __future__ import annotations
 
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass
 
 import numpy as np
@@ -179,11 +181,40 @@ def page_header(raw: bytes | memoryview, pos: int) -> PageHeader:
     )
 
 
+# Decoded level sections kept per process, keyed by their bytes (a pure function's memo): the
+# repetition levels of fixed-width vectors are the same bytes in every page of the same row
+# count, and decoding them costs one Python step per run (~2 runs per row).
+_LEVELS_MEMO_ENTRIES = 512
+_LEVELS_MEMO_MAX_BYTES = 64 * 1024
+_levels_memo: OrderedDict[tuple[bytes, int, int], np.ndarray] = OrderedDict()
+_memo_lock = threading.Lock()
+
+
 def hybrid_levels(raw: memoryview, bit_width: int, count: int) -> np.ndarray:
-    """`count` levels (uint8) of the RLE/bit-packed hybrid encoding `raw` (exactly consumed up
-    to the padding of its last bit-packed run). One Python step per run: runs of one value are
-    gathered and expanded by one np.repeat per stretch of them."""
+    """`count` levels (uint8, read-only) of the RLE/bit-packed hybrid encoding `raw` (exactly
+    consumed up to the padding of its last bit-packed run); equal sections decode once per
+    process (an LRU keyed by their bytes)."""
     data = bytes(raw)
+    if len(data) > _LEVELS_MEMO_MAX_BYTES:
+        return _decode_hybrid(data, bit_width, count)
+    key = (data, bit_width, count)
+    with _memo_lock:
+        found = _levels_memo.get(key)
+        if found is not None:
+            _levels_memo.move_to_end(key)
+            return found
+    levels = _decode_hybrid(data, bit_width, count)
+    levels.flags.writeable = False
+    with _memo_lock:
+        _levels_memo[key] = levels
+        if len(_levels_memo) > _LEVELS_MEMO_ENTRIES:
+            _levels_memo.popitem(last=False)
+    return levels
+
+
+def _decode_hybrid(data: bytes, bit_width: int, count: int) -> np.ndarray:
+    """One Python step per run: runs of one value are gathered and expanded by one np.repeat
+    per stretch of them."""
     size = len(data)
     pieces: list[np.ndarray] = []
     run_values: list[int] = []

@@ -10,9 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
+import pyarrow.compute as pc
 from pi_format import LakeLayout
 
 from pi_loader._errors import HorizonTooLongError, PiLoaderError, SnapshotError, UnknownCameraError
@@ -38,7 +40,7 @@ class Selection:
     rows: pa.Table  # the selected rows of the episodes table (the commit markers, with locators)
     snapshot: Snapshot
     episode_cameras: tuple[tuple[str, ...], ...]  # cameras each episode recorded
-    video_sizes: tuple[tuple[int, int], ...]  # (height, width) of each episode's video
+    video_sizes: np.ndarray  # int32 [E, 2]: (height, width) of each episode's video
 
     @property
     def episode_ids(self) -> tuple[str, ...]:
@@ -119,6 +121,7 @@ def select_episodes(
     pinned: Snapshot | None,
     sql: str | None,
     storage_options: Mapping[str, str] | None = None,
+    rows_directory: Path | None = None,
 ) -> Selection:
     """Pin the tables (at `pinned`'s versions, else the latest) and read the committed episodes
     rows of `ids` (None: every committed episode). Reads the episodes table only: the rows'
@@ -132,7 +135,7 @@ def select_episodes(
     episodes, versions = resolve_tables(
         layout, None if pinned is None else pinned.table_versions, storage_options
     )
-    rows = read_committed_episodes(episodes, storage, ids)
+    rows = read_committed_episodes(episodes, storage, ids, rows_directory)
     found = rows.column("episode_id").to_pylist() if rows.num_rows else []
     if ids is not None:
         missing = sorted(set(ids) - set(found))
@@ -164,18 +167,31 @@ def select_episodes(
         sql=pinned.sql if pinned is not None else sql,
         **({"created_at_ns": pinned.created_at_ns} if pinned is not None else {}),
     )
-    # One tuple object per distinct camera list: pickled Datasets share them (pickle's memo).
-    interned: dict[tuple[str, ...], tuple[str, ...]] = {}
     return Selection(
         rows=rows,
         snapshot=snapshot,
-        episode_cameras=tuple(
-            interned.setdefault(tuple(c), tuple(c)) for c in rows.column("cameras").to_pylist()
-        ),
-        video_sizes=tuple(
-            zip(rows.column("video_height").to_pylist(), rows.column("video_width").to_pylist(), strict=True)
-        ),
+        episode_cameras=_camera_lists(rows.column("cameras")),
+        video_sizes=np.stack(
+            [
+                pc.fill_null(rows.column("video_height"), 0).to_numpy(zero_copy_only=False),
+                pc.fill_null(rows.column("video_width"), 0).to_numpy(zero_copy_only=False),
+            ],
+            axis=1,
+        ).astype(np.int32),
     )
+
+
+# Joins an episode's camera names into one key; cannot occur in a camera name (SPEC.md §1.1).
+_CAMERA_SEP = "\x1f"
+
+
+def _camera_lists(cameras: pa.ChunkedArray) -> tuple[tuple[str, ...], ...]:
+    """Each row's camera names as a tuple, one tuple object per distinct list (pickled Datasets
+    share them through pickle's memo); the lists are few, the rows many, so the distinct lists
+    are found in Arrow rather than by turning every row into Python lists."""
+    keys = pc.binary_join(cameras, _CAMERA_SEP).combine_chunks().dictionary_encode()
+    distinct = [tuple(k.split(_CAMERA_SEP)) if k else () for k in keys.dictionary.to_pylist()]
+    return tuple(distinct[i] for i in keys.indices.to_numpy(zero_copy_only=False).tolist())
 
 
 def choose_cameras(
@@ -206,7 +222,7 @@ def check_spec_fits(
     spec: SampleSpec,
     episode_ids: Sequence[str],
     lengths: np.ndarray,
-    video_sizes: Sequence[tuple[int, int]],
+    video_sizes: np.ndarray,
 ) -> None:
     """Check the action horizon and crop against each episode's step count and video size.
 
@@ -223,9 +239,12 @@ def check_spec_fits(
         )
     if spec.crop is not None and spec.cameras:
         top, left, height, width = spec.crop
-        for e, (h, w) in enumerate(video_sizes):
-            if top + height > h or left + width > w:
-                raise ValueError(
-                    f"crop={spec.crop} (top, left, height, width) does not fit episode "
-                    f"{episode_ids[e]}'s {h}x{w} (height x width) video"
-                )
+        sizes = np.asarray(video_sizes).reshape(-1, 2)
+        misfits = np.flatnonzero((top + height > sizes[:, 0]) | (left + width > sizes[:, 1]))
+        if len(misfits):
+            e = int(misfits[0])
+            h, w = int(sizes[e, 0]), int(sizes[e, 1])
+            raise ValueError(
+                f"crop={spec.crop} (top, left, height, width) does not fit episode "
+                f"{episode_ids[e]}'s {h}x{w} (height x width) video"
+            )

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pi_loader._errors import SnapshotError
+from pi_loader._packed import PackedStrings
 
 SNAPSHOT_FORMAT = "pi_loader.snapshot/1"
 
@@ -166,3 +167,45 @@ class Snapshot:
 
 def pairs(episode_ids: Sequence[str], attempt_ids: Sequence[str]) -> dict[str, str]:
     return dict(zip(episode_ids, attempt_ids, strict=True))
+
+
+@dataclass(frozen=True, slots=True)
+class PackedSnapshot:
+    """A Snapshot as a pickled Dataset carries it into workers: the ids packed (`_packed`), the
+    same objects the readers hold, so they travel once. `unpack` gives the Snapshot back."""
+
+    lake_root: str
+    table_versions: Mapping[str, int]
+    episode_ids: PackedStrings
+    attempt_ids: PackedStrings
+    sql: str | None
+    created_at_ns: int
+
+    @classmethod
+    def pack(
+        cls, snapshot: Snapshot, episode_ids: PackedStrings, attempt_ids: PackedStrings
+    ) -> PackedSnapshot:
+        """`snapshot`, whose ids `episode_ids` and `attempt_ids` already hold (checked by length)."""
+        if len(episode_ids) != len(snapshot.episode_ids) or len(attempt_ids) != len(snapshot.attempt_ids):
+            raise SnapshotError(
+                f"packed ids ({len(episode_ids)}, {len(attempt_ids)}) do not match the snapshot's "
+                f"{len(snapshot.episode_ids)} episodes"
+            )
+        return cls(
+            lake_root=snapshot.lake_root,
+            table_versions=dict(snapshot.table_versions),
+            episode_ids=episode_ids,
+            attempt_ids=attempt_ids,
+            sql=snapshot.sql,
+            created_at_ns=snapshot.created_at_ns,
+        )
+
+    def unpack(self) -> Snapshot:
+        return Snapshot(
+            lake_root=self.lake_root,
+            table_versions=self.table_versions,
+            episode_ids=tuple(self.episode_ids),
+            attempt_ids=tuple(self.attempt_ids),
+            sql=self.sql,
+            created_at_ns=self.created_at_ns,
+        )

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import itertools
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -77,8 +78,8 @@ class StepsReader:
         reader: RowGroupReader,
         locators: EpisodeLocators,
         *,
-        episode_ids: tuple[str, ...],
-        attempt_ids: tuple[str, ...],
+        episode_ids: Sequence[str],
+        attempt_ids: Sequence[str],
         lengths: np.ndarray,
         camera_counts: np.ndarray,
         version: int,

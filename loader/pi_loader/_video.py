@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -63,8 +63,8 @@ class VideoFrames:
         reader: RowGroupReader,
         locators: EpisodeLocators,
         *,
-        episode_ids: tuple[str, ...],
-        attempt_ids: tuple[str, ...],
+        episode_ids: Sequence[str],
+        attempt_ids: Sequence[str],
         cameras: tuple[str, ...],
         version: int,
         chunk_cache_size: int,

@@ -22,6 +22,7 @@ import numpy as np
 from pi_loader._dataset import Dataset
 from pi_loader._errors import PiLoaderError, WorkerError
 from pi_loader._shared_batches import ArrayPlacement, SlotPool, SlotTicket, SlotWriter, aligned_bytes
+from pi_loader._shared_dataset import SharedDatasetImage, SharedDatasetRef
 
 # How often the main process checks that workers are alive while it waits for a batch.
 _POLL_S = 1.0
@@ -49,9 +50,10 @@ def _build(
     return {k: v for k, v in batch.items() if k not in placements}, placements, order
 
 
-def _worker_main(dataset: Dataset, tasks: Any, results: Any) -> None:
+def _worker_main(shared: SharedDatasetRef, tasks: Any, results: Any) -> None:
     # Runs in a worker process: build batches until told to stop (None).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
+    dataset: Dataset = shared.load()
     parent = os.getppid()
     writer = SlotWriter()
     while True:
@@ -116,6 +118,11 @@ class WorkerPool:
         self._tasks: list[Any] = []
         self._results: Any = None
         self._generation = 0
+        self._image: SharedDatasetImage | None = None
+        # prefetch depth after the latest batch handed out (read by pi_loader._metrics): built
+        # and waiting, and requested but not handed out
+        self.ready_batches = 0
+        self.in_flight_batches = 0
 
     @property
     def slot_pool(self) -> SlotPool | None:
@@ -131,11 +138,13 @@ class WorkerPool:
             slot_bytes = sum(aligned_bytes(self._batch_size * int(np.prod(s))) for s in shapes.values())
             self._pool = SlotPool(slot_bytes, max_free_slots=self._prefetch + 2)
         self._results = ctx.Queue()
+        # the Dataset's large arrays travel once, through a file every worker maps
+        self._image = SharedDatasetImage(self._dataset)
         for w in range(self._num_workers):
             tasks = ctx.Queue()
             proc = ctx.Process(
                 target=_worker_main,
-                args=(self._dataset, tasks, self._results),
+                args=(self._image.ref, tasks, self._results),
                 name=f"pi_loader-worker-{w}",
                 daemon=True,
             )
@@ -165,7 +174,9 @@ class WorkerPool:
                 sent += 1
             while b not in done:
                 self._receive(generation, done)
-            yield done.pop(b)
+            built = done.pop(b)
+            self.ready_batches, self.in_flight_batches = len(done), sent - b - 1
+            yield built
 
     def _receive(self, generation: int, done: dict[int, Any]) -> None:
         try:
@@ -214,6 +225,9 @@ class WorkerPool:
                 q.cancel_join_thread()
                 q.close()
         self._workers, self._tasks, self._results = [], [], None
+        if self._image is not None:
+            self._image.close()
+            self._image = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None

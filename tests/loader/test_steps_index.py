@@ -335,3 +335,18 @@ def test_two_processes_index_each_file_once_per_host(grouped_lake: FakeLake) -> 
     assert sum(s["footer_reads"] for s in stats) == 2
     directory = ds._gather.steps.steps_index.directory  # type: ignore[union-attr]
     assert len(list(Path(str(directory)).glob("*.npy"))) == 2
+
+
+def test_level_sections_decode_once_and_equal_a_fresh_decode() -> None:
+    """hybrid_levels memoizes by the section's bytes: a hit returns the same values as decoding
+    them again, read-only so no caller can change what the next one gets."""
+    from pi_loader import _parquet_pages as pages
+
+    # a run of 5 zeros, then one bit-packed group of 8 values 1,0,1,1,0,0,1,1 (bit width 1)
+    section = memoryview(bytes([5 << 1, 0, (1 << 1) | 1, 0b11001101]))
+    first = pages.hybrid_levels(section, 1, 13)
+    again = pages.hybrid_levels(memoryview(bytes(section)), 1, 13)
+    assert again is first and not first.flags.writeable
+    assert first.tolist() == [0, 0, 0, 0, 0, 1, 0, 1, 1, 0, 0, 1, 1]
+    assert np.array_equal(first, pages._decode_hybrid(bytes(section), 1, 13))
+    assert pages.hybrid_levels(section, 1, 12).tolist() == first.tolist()[:12]

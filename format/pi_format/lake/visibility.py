@@ -45,12 +45,19 @@ def latest_commits(episodes: pa.Table) -> pa.Table:
         )
     if episodes.num_rows == 0:
         return episodes
-    ordered = episodes.sort_by(
-        [("episode_id", "ascending"), ("committed_at_ns", "descending"), ("attempt_id", "descending")]
+    # Order the three key columns only, then take the winning rows once: a wide table (the
+    # statistics and locators ride along) is copied a single time.
+    order = pc.sort_indices(
+        episodes.select(list(COMMIT_COLUMNS)),
+        sort_keys=[
+            ("episode_id", "ascending"),
+            ("committed_at_ns", "descending"),
+            ("attempt_id", "descending"),
+        ],
     )
-    ids = ordered.column("episode_id").to_numpy(zero_copy_only=False)
+    ids = pc.take(episodes.column("episode_id"), order).to_numpy(zero_copy_only=False)
     first = np.concatenate([[True], ids[1:] != ids[:-1]])
-    return ordered.filter(pa.array(first))
+    return episodes.take(pc.filter(order, pa.array(first)))
 
 
 def _keys(table: pa.Table) -> pa.ChunkedArray | pa.Array:

@@ -1,0 +1,100 @@
+"""The loader's Prometheus metrics: off (nothing imported) unless asked; when asked, an HTTP
+scrape after reading the session lake (tests/loader/conftest.py) reports what the loader did."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+from pi_loader import Dataset, Loader, PiLoaderError, SampleSpec, ShardSpec
+from prometheus_client.parser import text_string_to_metric_families
+
+from tests.conftest import _free_port
+from tests.fixtures.lake_factory import FakeLake
+from tests.loader.conftest import LOADER_EPISODES, LOADER_STEPS
+
+N = LOADER_EPISODES * LOADER_STEPS
+
+
+def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        text = response.read().decode()
+    return {
+        (s.name, tuple(sorted(s.labels.items()))): s.value
+        for family in text_string_to_metric_families(text)
+        for s in family.samples
+    }
+
+
+def test_off_by_default_imports_nothing(loader_lake: FakeLake) -> None:
+    # a fresh interpreter: the test process itself has imported prometheus_client already
+    code = (
+        "import os, sys\n"
+        "os.environ.pop('PILAKE_LOADER_METRICS_PORT', None)\n"
+        "from pi_loader import Dataset, Loader, SampleSpec, ShardSpec\n"
+        f"ds = Dataset({str(loader_lake.layout.root)!r},\n"
+        "             spec=SampleSpec(cameras=('wrist',), action_horizon=3))\n"
+        "n = sum(len(b['step']) for b in Loader(ds, batch_size=8, shard=ShardSpec(0, 1)))\n"
+        "assert n > 0, n\n"
+        "bad = [m for m in ('prometheus_client', 'pi_loader._metrics') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+        "print('ok', n)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok")
+
+
+def test_scrape_reports_what_the_loader_did(loader_lake: FakeLake) -> None:
+    from pi_loader._metrics import served_port
+
+    ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("wrist",), action_horizon=3), seed=3)
+    port = _free_port()
+    with Loader(
+        ds, batch_size=5, num_workers=1, prefetch_batches=2, shard=ShardSpec(0, 1), metrics_port=port
+    ) as loader:
+        port = served_port() or port  # one endpoint per process: an earlier loader may have chosen it
+        before = scrape(port)
+        depths = []
+        for _ in loader:
+            s = scrape(port)  # mid-iteration: the prefetch gauges stay within their bounds
+            depths.append(
+                (
+                    s[("pilake_loader_prefetch_ready_batches", ())],
+                    s[("pilake_loader_prefetch_in_flight_batches", ())],
+                )
+            )
+        after = scrape(port)
+        stats = loader.stats()
+
+    def delta(name: str, **labels: str) -> float:
+        key = (name, tuple(sorted(labels.items())))
+        return after[key] - before.get(key, 0.0)
+
+    assert stats.samples == N
+    assert delta("pilake_loader_samples_total") == N
+    assert delta("pilake_loader_batches_total") == stats.batches == -(-N // 5)
+    assert delta("pilake_loader_bytes_read_total") == stats.bytes_read > 0
+    assert delta("pilake_loader_video_reads_total") == stats.video_reads > 0
+    assert delta("pilake_loader_steps_reads_total") == stats.steps_reads > 0
+    assert all(0 <= ready <= 2 and 0 <= in_flight <= 2 for ready, in_flight in depths), depths
+    # with only this loader alive the ratios are its own: 1 - reads / lookups (one camera, one frame)
+    if before[("pilake_loader_samples_total", ())] == 0:
+        ratio = after[("pilake_loader_cache_hit_ratio", (("cache", "video_chunks"),))]
+        assert ratio == pytest.approx(1 - stats.video_reads / N)
+        assert after[("pilake_loader_cache_hit_ratio", (("cache", "steps"),))] == pytest.approx(
+            1 - stats.steps_reads / N
+        )
+    assert after[("pilake_loader_samples_per_second", ())] >= 0
+
+
+def test_bad_port_setting_is_a_clear_error(loader_lake: FakeLake, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pi_loader import _metrics
+
+    monkeypatch.setenv("PILAKE_LOADER_METRICS_PORT", "9480-9470")
+    monkeypatch.setattr(_metrics, "_served", {})  # as in a process that serves nothing yet
+    ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("wrist",), action_horizon=3))
+    with pytest.raises(PiLoaderError, match="PILAKE_LOADER_METRICS_PORT must be a port or a range"):
+        Loader(ds, batch_size=4, shard=ShardSpec(0, 1))
