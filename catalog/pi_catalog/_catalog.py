@@ -28,6 +28,9 @@ from pi_catalog._errors import CatalogQueryError, PiCatalogError
 from pi_catalog._parts import keep_parts_bounded
 from pi_catalog._schema import (
     EPISODES_VIEW,
+    FRESHNESS_ARROW_SCHEMA,
+    FRESHNESS_DDL,
+    FRESHNESS_TABLE,
     INDEX_TABLE,
     INDEXED_FIELDS,
     SNAPSHOTS_DDL,
@@ -161,7 +164,7 @@ class Catalog:
     def _ensure(self, session: _Session) -> None:
         # On chdb no other process can change the schema while this engine is open: each
         # statement runs once per engine.
-        for ddl in (index_ddl(), VIEW_DDL, SNAPSHOTS_DDL):
+        for ddl in (index_ddl(), VIEW_DDL, SNAPSHOTS_DDL, FRESHNESS_DDL):
             if ddl not in session.ensured:
                 self._command(session.client, ddl)
                 session.ensured.add(ddl)
@@ -169,7 +172,8 @@ class Catalog:
     # -- public API -----------------------------------------------------------------------
 
     def ensure_schema(self) -> None:
-        """Create the index table, the deduplicating `episodes` view and `dataset_snapshots`.
+        """Create the index table, the deduplicating `episodes` view, `dataset_snapshots` and
+        `episode_freshness`.
 
         Idempotent; cheap enough to call before every command.
 
@@ -194,6 +198,25 @@ class Catalog:
         with self._session() as session:
             self._ensure(session)
             self._insert(session, table)
+
+    def record_freshness(self, rows: pa.Table) -> None:
+        """Append freshness rows (`FRESHNESS_ARROW_SCHEMA`: episode_id, attempt_id,
+        published_at_ns, lake_committed_at_ns, readable_at_ns, episodes_version) to the table
+        `episode_freshness` that `pilake freshness` reads.
+
+        Example:
+            >>> catalog.record_freshness(pa.Table.from_pylist(rows, schema=FRESHNESS_ARROW_SCHEMA))
+        """
+        table = rows.select(FRESHNESS_ARROW_SCHEMA.names).cast(FRESHNESS_ARROW_SCHEMA)
+        if table.num_rows == 0:
+            return
+        with self._session() as session:
+            self._ensure(session)
+            try:
+                session.client.insert_arrow(FRESHNESS_TABLE, table)
+            except Exception as err:
+                sql = f"INSERT INTO {FRESHNESS_TABLE} ({table.num_rows} rows)"
+                raise CatalogQueryError(str(err), sql) from err
 
     def _insert(self, session: _Session, table: pa.Table) -> None:
         if table.num_rows == 0:

@@ -93,6 +93,34 @@ SNAPSHOTS_DDL = (
 )
 
 
+# When each committed episode was last published (the Kafka timestamp of its latest chunk) and
+# when it became readable (its Delta commit and catalog record had both returned): `pilake
+# freshness`. Measured, not derived from Delta, so a rebuild of the index keeps it (as it keeps
+# snapshots). Written once per episode by the writer that committed it.
+FRESHNESS_TABLE = "episode_freshness"
+FRESHNESS_DDL = (
+    f"CREATE TABLE IF NOT EXISTS {FRESHNESS_TABLE} (\n"
+    "    episode_id String,\n"
+    "    attempt_id String,\n"
+    "    published_at_ns Nullable(Int64),\n"  # null: the source gave no record timestamp
+    "    lake_committed_at_ns Int64,\n"  # the Delta commit of the markers returned
+    "    readable_at_ns Int64,\n"  # ... and then the catalog record returned
+    "    episodes_version Int64\n"
+    # cleaned up like the index (one insert per group commit too): see `_parts`
+    f") ENGINE = MergeTree ORDER BY (readable_at_ns, episode_id) SETTINGS {INDEX_SETTINGS}"
+)
+FRESHNESS_ARROW_SCHEMA = pa.schema(
+    [
+        pa.field("episode_id", pa.string(), nullable=False),
+        pa.field("attempt_id", pa.string(), nullable=False),
+        pa.field("published_at_ns", pa.int64()),
+        pa.field("lake_committed_at_ns", pa.int64(), nullable=False),
+        pa.field("readable_at_ns", pa.int64(), nullable=False),
+        pa.field("episodes_version", pa.int64(), nullable=False),
+    ]
+)
+
+
 def index_rows(rows: pa.Table, episodes_version: int) -> pa.Table:
     """`rows` in EPISODES_SCHEMA as `record_episodes` inserts them (INDEX_ARROW_SCHEMA), or a
     TypeError / ValueError saying what is wrong with them."""

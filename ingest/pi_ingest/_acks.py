@@ -18,6 +18,7 @@ from pi_format.topics import Ack, AckStatus
 
 from pi_ingest._config import UploaderConfig
 from pi_ingest._kafka_log import KafkaLog
+from pi_ingest._metrics import ACKED
 from pi_ingest.spool import Spool
 
 logger = logging.getLogger("pi_ingest")
@@ -97,6 +98,7 @@ class AckListener:
         if entry is None:
             return None
         self.spool.confirm(ack.episode_id, status=ack.status.value, attempt_id=ack.attempt_id)
+        ACKED.labels(ack.status.value).inc()
         if ack.status is AckStatus.QUARANTINED:
             # Durable in the quarantine table: nothing a re-send could fix, so it is done too.
             logger.warning("episode %s was quarantined by the lake: %s", ack.episode_id, ack.reason)

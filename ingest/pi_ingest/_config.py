@@ -43,6 +43,7 @@ class UploaderConfig:
             pending for the next call (3: the first try, a retry, a retry with a new producer).
         client_options: extra librdkafka settings for the producer and the consumer, as-is
             (security.protocol, sasl.*, ssl.*). Values never appear in repr or logs.
+        metrics_port: serve Prometheus metrics (pi_ingest._metrics) on this port; None: off.
 
     Example:
         >>> cfg = UploaderConfig("127.0.0.1:19092", Path("spool"),
@@ -59,6 +60,7 @@ class UploaderConfig:
     backoff_max_s: float = 30.0
     send_rounds: int = 3
     client_options: Mapping[str, str] = field(default_factory=dict)
+    metrics_port: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.bootstrap_servers, str) or not self.bootstrap_servers.strip():
@@ -112,6 +114,10 @@ class UploaderConfig:
                     f"field instead, or leave it to the uploader); reserved: {sorted(_RESERVED_OPTIONS)}"
                 )
         object.__setattr__(self, "client_options", types.MappingProxyType(dict(self.client_options)))
+        port = self.metrics_port
+        bad_port = isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
+        if port is not None and bad_port:
+            raise ValueError(f"metrics_port must be None (off) or an int in [1, 65535], got {port!r}")
 
     def __repr__(self) -> str:
         # Never show client option values: they hold passwords and key material.
@@ -121,7 +127,8 @@ class UploaderConfig:
             f"raw_topic={self.raw_topic!r}, ack_topic={self.ack_topic!r}, "
             f"resend_after_s={self.resend_after_s!r}, delivery_timeout_s={self.delivery_timeout_s!r}, "
             f"backoff_initial_s={self.backoff_initial_s!r}, backoff_max_s={self.backoff_max_s!r}, "
-            f"send_rounds={self.send_rounds!r}, client_options={hidden!r})"
+            f"send_rounds={self.send_rounds!r}, client_options={hidden!r}, "
+            f"metrics_port={self.metrics_port!r})"
         )
 
     __str__ = __repr__

@@ -17,6 +17,7 @@ from typing import Any
 
 from pi_ingest._config import UploaderConfig
 from pi_ingest._kafka_log import KafkaLog
+from pi_ingest._metrics import BYTES_SENT, CHUNKS_SENT
 
 logger = logging.getLogger("pi_ingest")
 
@@ -151,8 +152,11 @@ class EpisodeProducer:
             producer.flush(0.1)
         failed = [i for i in indices if reports.get(i) is not None or i not in reports]
         delivered = [i for i in indices if i in reports and reports[i] is None]
+        delivered_bytes = sum(len(messages[i]) for i in delivered)
         self.sent_messages += len(delivered)
-        self.sent_bytes += sum(len(messages[i]) for i in delivered)
+        self.sent_bytes += delivered_bytes
+        CHUNKS_SENT.inc(len(delivered))
+        BYTES_SENT.inc(delivered_bytes)
         errors = [reports[i] for i in failed if i in reports]
         recreate = (
             self._fatal is not None

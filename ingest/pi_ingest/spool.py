@@ -36,6 +36,7 @@ from pi_format.episode import check_name
 from pi_format.errors import ProtocolError
 from pi_format.wire import BUNDLE_SUFFIX, read_bundle, write_bundle
 
+from pi_ingest._metrics import EPISODES_SPOOLED
 from pi_ingest.errors import SpoolError
 
 _STATE_SUFFIX = ".json"
@@ -301,6 +302,7 @@ class Spool:
         write_bundle(self._bundle(episode_id), list(messages))
         doc = self._write_state(episode_id, messages, attempts=0, first_ns=time.time_ns(), last_sent_ns=None)
         self._ledger_submitted(doc)
+        EPISODES_SPOOLED.inc()
         return self._entry(doc)
 
     def entries(self) -> list[SpoolEntry]:

@@ -24,6 +24,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from pi_format.episode import Episode
+from pi_format.jsonlog import default_event_log, event_logger, log_event
 from pi_format.topics import Ack
 from pi_format.wire import encode_episode
 
@@ -31,7 +32,9 @@ from pi_ingest._acks import AckListener
 from pi_ingest._bundles import bundle_files, read_checked_bundle
 from pi_ingest._config import UploaderConfig
 from pi_ingest._kafka_log import KafkaLog
+from pi_ingest._metrics import EPISODES_RESENT, EPISODES_SENT, serve_metrics, watch_spool
 from pi_ingest._producer import EpisodeProducer
+from pi_ingest.errors import PiIngestError
 from pi_ingest.spool import Spool, SpoolEntry
 
 __all__ = ["UploadReport", "Uploader", "UploaderConfig", "upload_paths"]
@@ -71,15 +74,27 @@ class Uploader:
         ()
     """
 
-    def __init__(self, config: UploaderConfig) -> None:
+    def __init__(self, config: UploaderConfig, *, event_log: Path | str | None = None) -> None:
+        """`event_log`: a JSON-lines file for this uploader's episode events (spooled, sent,
+        resent, acked; `pilake trace`); default `$PILAKE_EVENT_LOG_DIR/uploader-<pid>.jsonl`
+        when that is set, else none."""
         if not isinstance(config, UploaderConfig):
             raise TypeError(f"config must be an UploaderConfig, got {type(config).__name__}")
         self.config = config
         self.spool = Spool(config.spool_dir)
+        watch_spool(self.spool)
+        if config.metrics_port is not None:
+            try:
+                serve_metrics(config.metrics_port)
+            except PiIngestError as err:  # uploading matters more than watching it
+                logger.warning("uploading without metrics: %s", err)
         kafka_log = KafkaLog()
         self._producer = EpisodeProducer(config, kafka_log)
         self._acks = AckListener(config, self.spool, kafka_log)
         self._resent_episodes = 0
+        self._events = event_logger(
+            "pi_ingest.events", event_log or default_event_log("uploader"), "uploader"
+        )
 
     # -- context manager -----------------------------------------------------------------------
 
@@ -102,7 +117,7 @@ class Uploader:
         Raises:
             SpoolError: the episode id is already spooled with different bytes.
         """
-        return self.spool.add(episode.episode_id, encode_episode(episode))
+        return self._spooled(self.spool.add(episode.episode_id, encode_episode(episode)))
 
     def submit_bundle(self, path: Path) -> SpoolEntry:
         """Check a bundle file (one whole, valid episode) and spool its messages as they are.
@@ -112,7 +127,19 @@ class Uploader:
             SpoolError: the episode id is already spooled with different bytes.
         """
         episode_id, messages = read_checked_bundle(path)
-        return self.spool.add(episode_id, messages)
+        return self._spooled(self.spool.add(episode_id, messages), bundle=str(path))
+
+    def _spooled(self, entry: SpoolEntry, bundle: str | None = None) -> SpoolEntry:
+        log_event(
+            self._events,
+            "spooled",
+            episode_id=entry.episode_id,
+            attempt_id=None,  # attempt ids are given by the stream job, per delivery it assembles
+            messages=entry.message_count,
+            bytes=entry.size_bytes,
+            bundle=bundle,
+        )
+        return entry
 
     # -- sending -------------------------------------------------------------------------------
 
@@ -120,10 +147,28 @@ class Uploader:
         messages = self.spool.messages(entry.episode_id)
         if not self._producer.deliver(entry.episode_id, messages, deadline):
             logger.warning("episode %s could not be delivered; it stays in the spool", entry.episode_id)
+            log_event(
+                self._events,
+                "send_failed",
+                episode_id=entry.episode_id,
+                attempt_id=None,
+                level=logging.WARNING,
+                send=entry.attempts + 1,
+            )
             return False
         self.spool.mark_sent(entry.episode_id, time.time_ns())
+        log_event(
+            self._events,
+            "resent" if entry.attempts > 0 else "sent",
+            episode_id=entry.episode_id,
+            attempt_id=None,
+            send=entry.attempts + 1,
+            messages=len(messages),
+        )
+        EPISODES_SENT.inc()
         if entry.attempts > 0:
             self._resent_episodes += 1
+            EPISODES_RESENT.inc()
         return True
 
     def send_pending(self, *, deadline: float | None = None) -> int:
@@ -172,7 +217,17 @@ class Uploader:
             >>> [a.episode_id for a in up.poll_acks(5.0)]
             ['sim0-r000-e00000']
         """
-        return self._acks.poll(timeout_s)
+        acks = self._acks.poll(timeout_s)
+        for ack in acks:
+            log_event(
+                self._events,
+                "acked",
+                episode_id=ack.episode_id,
+                attempt_id=ack.attempt_id,
+                status=ack.status.value,
+                reason=ack.reason or None,
+            )
+        return acks
 
     # -- the loop ------------------------------------------------------------------------------
 

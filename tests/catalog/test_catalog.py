@@ -50,6 +50,7 @@ def test_schema_has_every_episodes_column_and_the_index_columns(catalog: Catalog
     engines = {t["name"]: t["engine"] for t in tables}
     assert engines == {
         "dataset_snapshots": "MergeTree",
+        "episode_freshness": "MergeTree",
         "episodes": "View",
         "episodes_index": "ReplacingMergeTree",
     }

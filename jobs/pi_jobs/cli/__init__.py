@@ -8,18 +8,48 @@ from __future__ import annotations
 
 import argparse
 import logging
+import os
 import sys
 from collections.abc import Sequence
 
-from pi_jobs.cli import _audit, _catalog, _ingest, _quality, _quarantine, _stack, _stream, _train, demo
+from pi_format.jsonlog import EVENT_LOG_DIR_ENV
+
+from pi_jobs.cli import (
+    _audit,
+    _catalog,
+    _config,
+    _freshness,
+    _ingest,
+    _quality,
+    _quarantine,
+    _stack,
+    _stream,
+    _trace,
+    _train,
+    demo,
+)
 from pi_jobs.cli._stream import stream_config_from_args
+from pi_jobs.config import export_environment
 from pi_jobs.errors import PiJobsError
-from pi_jobs.settings import Settings
+from pi_jobs.settings import SETTINGS_KEYS, Settings
 
 __all__ = ["build_parser", "main", "stream_config_from_args"]
 
 # The order of `pilake --help`.
-_COMMAND_GROUPS = (_stack, _ingest, _stream, _quarantine, _catalog, _audit, _quality, _train, demo)
+_COMMAND_GROUPS = (
+    _stack,
+    _config,
+    _ingest,
+    _stream,
+    _quarantine,
+    _catalog,
+    _audit,
+    _freshness,
+    _trace,
+    _quality,
+    _train,
+    demo,
+)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -49,7 +79,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         datefmt="%H:%M:%S",
     )
     try:
-        settings = Settings.from_env()
+        settings = Settings.from_env()  # the settings file + environment (pi_jobs.config)
+        # pi_catalog and deltalake read credentials and S3 options from the environment, as do
+        # the processes commands start (Flink workers): give them the file's values too.
+        if getattr(args, "export_environment", True):
+            export_environment(SETTINGS_KEYS, settings)
+        # JSON event logs of every component this command runs (uploader, stream job workers,
+        # loader) go to one directory, which `pilake trace` reads (pi_format.jsonlog)
+        os.environ.setdefault(EVENT_LOG_DIR_ENV, str(settings.log_dir / "events"))
         return int(args.func(settings, args))
     except (PiJobsError, ValueError, OSError) as err:
         print(f"pilake {args.command}: error: {err}", file=sys.stderr)

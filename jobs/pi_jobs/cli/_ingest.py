@@ -32,6 +32,7 @@ def _upload(settings: Settings, paths: Sequence[Path], *, wait_s: float | None) 
         bootstrap_servers=settings.bootstrap_servers,
         spool_dir=settings.home / "spool",
         client_options=settings.kafka.options,
+        metrics_port=settings.uploader_metrics_port or None,  # /metrics while it uploads
     )
     report = upload_paths(list(paths), config, wait_s=wait_s, progress=True)
     print(

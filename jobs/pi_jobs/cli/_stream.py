@@ -1,11 +1,18 @@
-"""`pilake stream`: the PyFlink stream job, from the command line."""
+"""`pilake stream`: the PyFlink stream job, from the command line: on the embedded mini-cluster,
+or submitted to a Flink session cluster (`--cluster URL` or PILAKE_FLINK_URL)."""
 
 from __future__ import annotations
 
 import argparse
+import functools
+from collections.abc import Callable
+from typing import TYPE_CHECKING
 
 from pi_jobs.settings import Settings
 from pi_jobs.stream.config import StreamJobConfig, stream_config
+
+if TYPE_CHECKING:
+    from pi_jobs.stream.driver import JobHandle
 
 
 def stream_config_from_args(settings: Settings, args: argparse.Namespace) -> StreamJobConfig:
@@ -38,11 +45,28 @@ def _cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
 
     ensure_topics(settings.bootstrap_servers, settings.kafka.options)
     config = stream_config_from_args(settings, args)
+    cluster = args.cluster or settings.flink_rest_url
+    submit: Callable[[StreamJobConfig], JobHandle] | None = None
+    if cluster:
+        from pi_jobs.local.flink_submit import submit_stream_job
+
+        if not (args.until_idle or args.max_runtime_s):
+            # detached: the job runs on in the cluster after this command returns
+            job = submit_stream_job(config, cluster)
+            print(f"stream: job {job.job_id} running on {job.url} (parallelism {config.parallelism})")
+            print(
+                f"stream: watch it at {job.url}/#/job/running/{job.job_id}; cancel with "
+                f"`curl -X PATCH '{job.url}/jobs/{job.job_id}?mode=cancel'`"
+            )
+            return 0
+        submit = functools.partial(submit_stream_job, url=cluster)
+
     report = run_stream_job(
         config,
         until_idle=args.until_idle,
         idle_timeout_s=args.idle_timeout_s,
         max_runtime_s=args.max_runtime_s,
+        submit=submit,
     )
     print(f"stream: {report}")
     return 0
@@ -52,6 +76,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register this group's commands on the `pilake` parser."""
     p = sub.add_parser("stream", help="run the PyFlink stream job")
     p.add_argument("--until-idle", action="store_true", help="stop once the topic is drained")
+    p.add_argument(
+        "--cluster",
+        metavar="URL",
+        default=None,
+        help="submit to the Flink session cluster with this REST address (default PILAKE_FLINK_URL; "
+        "none: the embedded mini-cluster); detached unless --until-idle or --max-runtime-s",
+    )
     p.add_argument("--idle-timeout-s", type=float, default=5.0)
     p.add_argument("--max-runtime-s", type=float, default=None)
     p.add_argument(

@@ -1,6 +1,29 @@
-"""The local development stack: the Tansu broker (start, stop, topics), and `faults`, the
-fault-injection scenarios on real processes that tests and benchmarks share."""
+"""The local development stack: the Tansu broker (start, stop, topics), a local Flink session
+cluster (`flink_cluster`) and the stream job submitted to any session cluster (`flink_submit`),
+and `faults`, the fault-injection scenarios on real processes that tests and benchmarks share."""
 
+from pi_jobs.local.flink_cluster import (
+    LocalClusterConfig,
+    local_cluster_status,
+    start_local_cluster,
+    start_taskmanager,
+    stop_local_cluster,
+)
+from pi_jobs.local.flink_submit import ClusterJob, ClusterStatus, cluster_status, submit_stream_job
 from pi_jobs.local.stack import broker_status, ensure_topics, start_broker, stop_broker
 
-__all__ = ["broker_status", "ensure_topics", "start_broker", "stop_broker"]
+__all__ = [
+    "ClusterJob",
+    "ClusterStatus",
+    "LocalClusterConfig",
+    "broker_status",
+    "cluster_status",
+    "ensure_topics",
+    "local_cluster_status",
+    "start_broker",
+    "start_local_cluster",
+    "start_taskmanager",
+    "stop_broker",
+    "stop_local_cluster",
+    "submit_stream_job",
+]

@@ -18,6 +18,7 @@ NO_KEY = "__nokey__"
 # re-admitted, and a 256 MiB message must not bloat the bronze table (SPEC.md 7.5).
 OVERSIZE_KEEP_BYTES = 1_000_000
 
+
 def episode_key(row: Any) -> str:
     """The key_by key of a source row: its Kafka key as text, or NO_KEY."""
     key = row[0]
@@ -41,6 +42,22 @@ class SourceMessage:
     key: str | None
     value: bytes
     chunk_index: int | None = None
+    # the Kafka record timestamp (the producer's send time, CreateTime), when the source has one
+    published_at_ns: int | None = None
+
+
+def record_time_ns(value: Any) -> int | None:
+    """A Kafka record timestamp as Flink hands it to Python (TIMESTAMP_LTZ: a pyflink Instant
+    or a datetime; a number of epoch milliseconds), in epoch nanoseconds; None when absent."""
+    if value is None:
+        return None
+    if hasattr(value, "to_epoch_milli"):  # pyflink.common.time.Instant
+        return int(value.seconds) * 1_000_000_000 + int(value.nanos)
+    if hasattr(value, "timestamp"):  # datetime.datetime
+        return round(value.timestamp() * 1e6) * 1000
+    if isinstance(value, int | float):
+        return int(value) * 1_000_000
+    return None
 
 
 def raw_rows(messages: list[SourceMessage], attempt_id: str, chunk_indices: list[int | None]) -> pa.Table:
@@ -56,6 +73,28 @@ def raw_rows(messages: list[SourceMessage], attempt_id: str, chunk_indices: list
             "message": [m.value for m in messages],
         },
         schema=RAW_SCHEMA,
+    )
+
+
+def freshness_rows(
+    episode_ids: list[str],
+    attempt_ids: list[str],
+    published_at_ns: dict[str, int | None],
+    lake_committed_at_ns: int,
+    readable_at_ns: int,
+    episodes_version: int,
+) -> pa.Table:
+    """The catalog's `episode_freshness` rows of one group commit (pi_catalog)."""
+    n = len(episode_ids)
+    return pa.table(
+        {
+            "episode_id": pa.array(episode_ids, pa.string()),
+            "attempt_id": pa.array(attempt_ids, pa.string()),
+            "published_at_ns": pa.array([published_at_ns.get(e) for e in episode_ids], pa.int64()),
+            "lake_committed_at_ns": pa.array([lake_committed_at_ns] * n, pa.int64()),
+            "readable_at_ns": pa.array([readable_at_ns] * n, pa.int64()),
+            "episodes_version": pa.array([episodes_version] * n, pa.int64()),
+        }
     )
 
 

@@ -34,8 +34,17 @@ from pi_format import (
 )
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 
+from pi_jobs.stream import _metrics as metrics
 from pi_jobs.stream._acks import AckPublisher
-from pi_jobs.stream._records import NO_KEY, OVERSIZE_KEEP_BYTES, SourceMessage, quarantine_row, raw_rows
+from pi_jobs.stream._events import SinkEvents, offset_ranges
+from pi_jobs.stream._records import (
+    NO_KEY,
+    OVERSIZE_KEEP_BYTES,
+    SourceMessage,
+    quarantine_row,
+    raw_rows,
+    record_time_ns,
+)
 from pi_jobs.stream.contract import RobotRegistry, check_episode, load_registry
 from pi_jobs.stream.featurize import FeaturizeConfig, featurize
 
@@ -74,6 +83,11 @@ class SinkSettings:
     group_commit_delay_ms: int = 500
     # Writer identities are f"{writer_prefix}-{subtask index}" (unique per job and subtask).
     writer_prefix: str = "pilake-stream"
+    # JSON event logs (pi_format.jsonlog, read by `pilake trace`): one file per worker process
+    # in this directory; "" = none.
+    event_log_dir: str = ""
+    # Prometheus /metrics of each worker on the first free port of [first, last]; None = off.
+    metrics_ports: tuple[int, int] | None = None
 
 
 @dataclass(slots=True)
@@ -93,6 +107,7 @@ class _Waiting:
     rows: Any  # pi_format.lake.EpisodeRows
     attempt_id: str
     raw: pa.Table
+    published_at_ns: int | None = None  # Kafka timestamp of the attempt's latest chunk
 
 
 class EpisodeSinkFunction(KeyedProcessFunction):
@@ -130,6 +145,16 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         self.flushing = 0  # episodes in the group commit under way (for fault reports)
         self.registry = self.settings.registry or load_registry(None)
         self.progress = self._load_progress()
+        if self.settings.metrics_ports is not None:
+            metrics.start_worker_metrics(
+                self.settings.metrics_ports,
+                subtask=self.subtask,
+                bootstrap_servers=self.settings.bootstrap_servers,
+                topic=self.settings.raw_topic,
+                client_options=self.settings.client_options,
+                offsets=lambda: self.progress["offsets"],
+            )
+        self.events = SinkEvents(self.subtask, self.settings.event_log_dir)  # JSON lines: pilake trace
 
     def close(self) -> None:
         acks = getattr(self, "acks", None)
@@ -220,6 +245,16 @@ class EpisodeSinkFunction(KeyedProcessFunction):
             )
         )
         self.progress["quarantined"] += 1
+        metrics.QUARANTINED.labels(why.value).inc()
+        self._event(
+            "quarantined",
+            episode_id,
+            attempt_id,
+            level=logging.WARNING,
+            reason=why.value,
+            details=text[:500],
+            offsets=offset_ranges(messages),
+        )
         log.warning("quarantined %s: [%s] %s", episode_id or "<no id>", why.value, text)
         if ack and episode_id is not None:
             self.acks.send(Ack(episode_id, AckStatus.QUARANTINED, attempt_id, time.time_ns(), why.value))
@@ -238,10 +273,13 @@ class EpisodeSinkFunction(KeyedProcessFunction):
             received_at_ns=time.time_ns(),
             key=None if key == NO_KEY else key,
             value=payload,
+            published_at_ns=record_time_ns(value[4]) if len(value) > 4 else None,
         )
         p = self.progress
         p["messages"] += 1
         p["bytes"] += len(payload)
+        metrics.MESSAGES_IN.inc()
+        metrics.BYTES_IN.inc(len(payload))
         offsets: dict[str, int] = p["offsets"]
         offsets[str(msg.partition)] = max(offsets.get(str(msg.partition), -1), msg.offset)
 
@@ -356,6 +394,7 @@ class EpisodeSinkFunction(KeyedProcessFunction):
     def _complete(self, pending: _Pending, *, manifest_at_ns: int, ctx: Any, now_ms: int) -> None:
         asm = pending.assembler
         eid: str = asm.episode_id
+        metrics.EPISODES_IN.inc()
         messages = sorted(pending.messages, key=lambda m: (m.partition, m.offset))
         # Raw (bronze) first: what arrived is kept even if it is rejected below (decision 2).
         raw = raw_rows(messages, pending.attempt_id, [m.chunk_index for m in messages])
@@ -364,6 +403,16 @@ class EpisodeSinkFunction(KeyedProcessFunction):
             self._duplicate(eid)
             return
         raw_size = int(asm.size_bytes)  # distinct chunks only
+        published = [m.published_at_ns for m in messages if m.published_at_ns is not None]
+        self._event(
+            "received",
+            eid,
+            pending.attempt_id,
+            chunks=len(messages),
+            bytes=raw_size,
+            published_at_ns=max(published, default=None),
+            offsets=offset_ranges(messages),
+        )
         try:
             episode = asm.assemble()
             check_episode(episode, self.registry)
@@ -381,11 +430,12 @@ class EpisodeSinkFunction(KeyedProcessFunction):
                 episode_id=eid, err=err, messages=messages, attempt_id=pending.attempt_id, ack=True
             )
             return
+        self._event("validated", eid, pending.attempt_id, steps=int(episode.step_count))
         if not self.waiting:
             self.waiting_since_ms = now_ms
             # the delay bound: a timer (under this episode's key) that flushes the group
             ctx.timer_service().register_processing_time_timer(now_ms + self.settings.group_commit_delay_ms)
-        self.waiting.append(_Waiting(featurized, pending.attempt_id, raw))
+        self.waiting.append(_Waiting(featurized, pending.attempt_id, raw, max(published, default=None)))
 
     def _maybe_flush(self, now_ms: int) -> bool:
         """Commit the waiting group when it is full or its oldest episode waited long enough."""
@@ -400,11 +450,18 @@ class EpisodeSinkFunction(KeyedProcessFunction):
     def _flush(self) -> None:
         group, self.waiting = self.waiting, []
         self.flushing = len(group)
+        started = time.monotonic()
         result = self.writer.commit_episodes(
             [w.rows for w in group], raw=pa.concat_tables([w.raw for w in group])
         )
+        lake_committed_ns = time.time_ns()
         if result.committed:
             self._record_in_catalog(result.episodes, result.version)
+            published = {w.rows.episode_id: w.published_at_ns for w in group}
+            self.events.group_committed(self.catalog, result, published, lake_committed_ns)
+        metrics.record_commit(
+            group, result, seconds=time.monotonic() - started, committed_at_ns=lake_committed_ns
+        )
         # the attempts that were committed, from the markers themselves: when a re-send landed in
         # the same group as the original, the first copy is committed and the other is a duplicate
         attempts = dict(
@@ -421,6 +478,9 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         for eid in result.duplicates:  # committed by another writer meanwhile (or twice in the group)
             self._duplicate(eid)
 
+    def _event(self, event: str, episode_id: str | None, attempt_id: str | None, **fields: Any) -> None:
+        self.events.emit(event, episode_id, attempt_id, **fields)
+
     def _duplicate(self, episode_id: str) -> None:
         """A re-send (or a replay) of an episode already in the lake: ack it again."""
         self.progress["duplicates"] += 1
@@ -430,6 +490,7 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         row, version = found
         attempt = str(row.column("attempt_id")[0].as_py())
         log.info("duplicate upload of %s (committed as attempt %s): ack again", episode_id, attempt)
+        self._event("duplicate", episode_id, attempt, episodes_version=int(version))
         # Recording again is idempotent, and repairs the catalog when a failure hit between the
         # Delta commit and the catalog update (the replay after the restart lands here).
         self._record_in_catalog(row, version)

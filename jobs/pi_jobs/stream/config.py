@@ -38,6 +38,9 @@ class StreamJobConfig:
     # 2 s: offsets are committed to Kafka on checkpoints, so this bounds what a restart re-reads
     # (re-reads are harmless, decision 3) and how long `until_idle` waits after the last record.
     checkpoint_interval_ms: int = 2000
+    # Checkpoint storage URI (s3://... on a cluster, where every TaskManager must reach it);
+    # "" = <work_dir>/checkpoints on the local filesystem.
+    checkpoint_dir: str = ""
     featurize: FeaturizeConfig = field(default_factory=FeaturizeConfig)
     client_options: Mapping[str, str] = field(default_factory=dict)
     # The robot registry file of the ingest contract (pi_jobs.stream.contract); "" = the packaged one.
@@ -53,6 +56,9 @@ class StreamJobConfig:
     # episode waits longer than this for its commit.
     group_commit_max_episodes: int = 32
     group_commit_delay_ms: int = 500
+    # Each sink worker serves Prometheus /metrics on the first free port of (first, last);
+    # None = off (pi_jobs.stream._metrics).
+    metrics_ports: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
@@ -75,6 +81,14 @@ class StreamJobConfig:
             if not getattr(self, name):
                 raise ValueError(f"{name} must be non-empty")
         object.__setattr__(self, "work_dir", Path(self.work_dir))
+        if self.metrics_ports is not None:  # a list after a JSON round trip
+            first, last = (int(p) for p in self.metrics_ports)
+            if not 1 <= first <= last <= 65535:
+                raise ValueError(
+                    f"metrics_ports must be (first, last) with 1 <= first <= last <= 65535, "
+                    f"got {self.metrics_ports!r}"
+                )
+            object.__setattr__(self, "metrics_ports", (first, last))
         object.__setattr__(self, "jar_dir", Path(self.jar_dir))
 
     def __repr__(self) -> str:  # client_options may hold credentials
@@ -133,4 +147,7 @@ def stream_config(settings: Settings) -> StreamJobConfig:
         jar_dir=settings.jar_dir,
         robots_path=settings.robots_path,
         client_options=settings.kafka.options,
+        parallelism=settings.parallelism,
+        checkpoint_dir=settings.flink_checkpoint_dir,
+        metrics_ports=settings.metrics_ports(settings.stream_metrics_port),
     )

@@ -1,6 +1,7 @@
-"""The stream job's driver: starts the job (`pi_jobs.stream.job`) on the local mini-cluster,
-watches the progress file the sink writes, and stops it when asked or, with `until_idle`, once
-every record of the raw topic has been processed.
+"""The stream job's driver: starts the job (`pi_jobs.stream.job`) on the local mini-cluster (or
+watches one submitted to a session cluster, through a `JobHandle`), watches the progress file
+the sink writes, and stops it when asked or, with `until_idle`, once every record of the raw
+topic has been processed.
 """
 
 from __future__ import annotations
@@ -8,9 +9,9 @@ from __future__ import annotations
 import json
 import logging
 import time
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 from pi_jobs.errors import StreamJobError
 from pi_jobs.stream._logs import log_tail, python_error
@@ -97,21 +98,65 @@ def _cancel(client: Any) -> None:
         log.debug("cancel: %s", err)
 
 
+class JobHandle(Protocol):
+    """A submitted stream job as the driver watches it: on the embedded mini-cluster (PyFlink's
+    JobClient) or on a session cluster (its REST API, `pi_jobs.local.flink_submit`).
+
+    `log_dir` is where the job's Flink logs are, for error messages.
+    """
+
+    job_id: str
+    log_dir: Path
+
+    def status(self) -> str:
+        """Flink's JobStatus name (RUNNING, RESTARTING, FAILED, ...); raises if unavailable."""
+        ...
+
+    def failure(self) -> str:
+        """Why the job failed, the end of the Python traceback when there is one."""
+        ...
+
+    def cancel(self) -> None:
+        """Cancel the job; nothing happens if it has already ended."""
+        ...
+
+
+class _EmbeddedJob:
+    """The job on this process's local mini-cluster."""
+
+    def __init__(self, config: StreamJobConfig) -> None:
+        self._client = build_job(config).execute_async("pilake-stream")
+        self.job_id = str(self._client.get_job_id())
+        self.log_dir = effective_log_dir(config)
+
+    def status(self) -> str:
+        return _job_status(self._client)
+
+    def failure(self) -> str:
+        return _failure_cause(self._client)
+
+    def cancel(self) -> None:
+        _cancel(self._client)
+
+
 def run_stream_job(
     config: StreamJobConfig,
     *,
     until_idle: bool,
     idle_timeout_s: float = 5.0,
     max_runtime_s: float | None = None,
+    submit: Callable[[StreamJobConfig], JobHandle] | None = None,
 ) -> StreamReport:
-    """Run the stream job on the local Flink mini-cluster.
+    """Run the stream job on the local Flink mini-cluster (or where `submit` puts it).
 
     Args:
         config: topics, lake, catalog, working dir.
         until_idle: stop once every record of the raw topic (up to its true end) is processed
-            and nothing new arrived for `idle_timeout_s`.
+            and nothing new arrived for `idle_timeout_s` while the job was RUNNING.
         idle_timeout_s: quiet time that counts as idle.
         max_runtime_s: stop after this long in any case (None: until idle or Ctrl-C).
+        submit: starts the job and returns its handle (None: the embedded mini-cluster). The
+            sink's progress files must be readable here (a local cluster or a shared disk).
 
     Returns:
         Counts and timing of this run.
@@ -140,10 +185,9 @@ def run_stream_job(
     if until_idle:
         ends = true_end_offsets(config)
         start_offsets = committed_offsets(config, sorted(ends))
-    env = build_job(config)
-    client = env.execute_async("pilake-stream")
+    job = submit(config) if submit is not None else _EmbeddedJob(config)
     startup_s = 0.0
-    log.info("stream job %s submitted; logs in %s", client.get_job_id(), effective_log_dir(config))
+    log.info("stream job %s submitted; logs in %s", job.job_id, job.log_dir)
 
     last_messages = -1
     last_change = time.monotonic()
@@ -155,20 +199,20 @@ def run_stream_job(
         while True:
             time.sleep(0.25)
             try:
-                status = _job_status(client)
+                status = job.status()
             except Exception as err:
                 # Once a job has failed for good, the local mini-cluster may already have
                 # dropped it: the status call itself then throws. Report it as the failure it is.
                 log.debug("job status unavailable, treating the job as failed: %s", str(err)[:500])
                 status = "FAILED"
             if status in ("FAILED", "FAILING"):
-                log_dir = effective_log_dir(config)
-                cause = _failure_cause(client)
+                log_dir = job.log_dir
+                cause = job.failure()
                 # the job result usually carries the worker's traceback; else quote the logs
                 detail = cause if "Traceback" in cause else f"{cause}\n{log_tail(log_dir)}"
                 raise StreamJobError(f"stream job failed; logs in {log_dir}\n{detail}")
             if status in ("CANCELED", "FINISHED"):
-                raise StreamJobError(f"stream job stopped by itself ({status}); logs in {config.log_dir}")
+                raise StreamJobError(f"stream job stopped by itself ({status}); logs in {job.log_dir}")
             if status == "RUNNING" and not startup_s:
                 startup_s = time.monotonic() - t0
                 log.info("stream job running after %.1f s", startup_s)
@@ -193,7 +237,8 @@ def run_stream_job(
             if max_runtime_s is not None and now - t0 >= max_runtime_s:
                 log.info("stream: max_runtime_s=%s reached, stopping", max_runtime_s)
                 break
-            if until_idle and now - last_change >= idle_timeout_s:
+            # a job that is restarting (a TaskManager lost) is not idle
+            if until_idle and status == "RUNNING" and now - last_change >= idle_timeout_s:
                 incomplete = int(progress.get("incomplete", 0))
                 # Incomplete episodes live in the sink's memory only: stopping now would lose
                 # their chunks (offsets move on). Wait for their timeout to quarantine them
@@ -220,7 +265,7 @@ def run_stream_job(
     except KeyboardInterrupt:
         log.info("stream: interrupted, cancelling the job")
     finally:
-        _cancel(client)
+        job.cancel()
     progress = read_progress(progress_path) or progress
     report = _report(progress, time.monotonic() - t0, startup_s)
     log.info(

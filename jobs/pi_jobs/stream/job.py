@@ -49,6 +49,7 @@ def build_job(config: StreamJobConfig) -> Any:
 
     registry = load_registry(config.robots_path)  # a bad registry fails here, not in the worker
     from pi_format import LakeLayout
+    from pi_format.jsonlog import EVENT_LOG_DIR_ENV
     from pi_format.lake import ensure_lake_tables
 
     # once, here: parallel sink subtasks creating tables at once race on metadata commits
@@ -83,7 +84,8 @@ def build_job(config: StreamJobConfig) -> Any:
     conf.set_string("restart-strategy.exponential-delay.jitter-factor", "0.1")
     conf.set_string("execution.checkpointing.interval", f"{config.checkpoint_interval_ms} ms")
     conf.set_string("execution.checkpointing.storage", "filesystem")
-    conf.set_string("execution.checkpointing.dir", (config.work_dir / "checkpoints").absolute().as_uri())
+    checkpoint_dir = config.checkpoint_dir or (config.work_dir / "checkpoints").absolute().as_uri()
+    conf.set_string("execution.checkpointing.dir", checkpoint_dir)
     conf.set_string("parallelism.default", str(config.parallelism))
     # one slot per parallel subtask on the local mini-cluster
     conf.set_string("taskmanager.numberOfTaskSlots", str(config.parallelism))
@@ -119,7 +121,9 @@ def build_job(config: StreamJobConfig) -> Any:
         "  `k` BYTES,\n"
         "  `v` BYTES,\n"
         "  `kpartition` INT METADATA FROM 'partition' VIRTUAL,\n"
-        "  `koffset` BIGINT METADATA FROM 'offset' VIRTUAL\n"
+        "  `koffset` BIGINT METADATA FROM 'offset' VIRTUAL,\n"
+        # the producer's send time: the "last published" end of `pilake freshness`
+        "  `ktimestamp` TIMESTAMP_LTZ(3) METADATA FROM 'timestamp' VIRTUAL\n"
         f") WITH (\n{with_clause}\n)"
     )
     settings = SinkSettings(
@@ -136,6 +140,8 @@ def build_job(config: StreamJobConfig) -> Any:
         group_commit_max_episodes=config.group_commit_max_episodes,
         group_commit_delay_ms=config.group_commit_delay_ms,
         writer_prefix=config.group_id,
+        event_log_dir=os.environ.get(EVENT_LOG_DIR_ENV, ""),  # JSON event logs (pilake trace)
+        metrics_ports=config.metrics_ports,
     )
     stream = t_env.to_data_stream(t_env.from_path("pilake_raw"))
     (
@@ -151,3 +157,66 @@ def effective_log_dir(config: StreamJobConfig) -> Path:
     """Where this process's Flink JVM writes its logs (see `build_job`)."""
     env = os.environ.get("FLINK_LOG_DIR")
     return Path(env) if env else config.log_dir
+
+
+def config_to_json(config: StreamJobConfig) -> str:
+    """The config as JSON, for a job submitted with `flink run` (`run_submitted` reads it back).
+
+    It includes `client_options`, which may hold credentials: write it to a private file.
+
+    Example:
+        >>> config_from_json(config_to_json(config)) == config
+        True
+    """
+    import dataclasses
+    import json
+
+    # field by field: asdict deep-copies, and client_options may be a read-only mappingproxy
+    doc = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    doc["work_dir"], doc["jar_dir"] = str(config.work_dir), str(config.jar_dir)
+    doc["client_options"] = dict(config.client_options)
+    doc["featurize"] = dataclasses.asdict(config.featurize)
+    return json.dumps(doc)
+
+
+def config_from_json(text: str) -> StreamJobConfig:
+    """The config `config_to_json` wrote.
+
+    Raises:
+        StreamJobError: the text is not such a config (names the missing or unknown field).
+    """
+    import json
+
+    from pi_jobs.stream.featurize import FeaturizeConfig
+
+    try:
+        doc = json.loads(text)
+        doc["featurize"] = FeaturizeConfig(**doc["featurize"])
+        return StreamJobConfig(**doc)
+    except (ValueError, KeyError, TypeError) as err:
+        raise StreamJobError(f"not a stream job config written by config_to_json: {err}") from err
+
+
+def submitted_job_name(config: StreamJobConfig) -> str:
+    """The name of the job on a session cluster: one consumer group, one running job (its sink
+    subtasks' writer ids derive from the group, and two writers must never share one)."""
+    return f"pilake-stream[{config.group_id}]"
+
+
+def run_submitted(config_path: str) -> str:
+    """Build the job from a config file and hand it to the cluster `flink run` submits to.
+
+    This is the body of the launcher that `pilake stream --cluster` gives `flink run -py`
+    (pi_jobs.local.flink_cluster): in that process the execution environment is the cluster's,
+    so `execute_async` submits the same graph the embedded driver runs. Returns the job id.
+
+    Example:
+        >>> run_submitted("/home/me/.pilake/flink/submit/config.json")
+        'a1b2c3...'
+    """
+    config = config_from_json(Path(config_path).read_text())
+    client = build_job(config).execute_async(submitted_job_name(config))
+    job_id = str(client.get_job_id())
+    # `flink run` prints it too, but this line is the one pi_jobs.local.flink_cluster parses.
+    print(f"pilake-stream job id: {job_id}", flush=True)
+    return job_id

@@ -1,0 +1,257 @@
+"""Prometheus metrics of the stream job's lake sink, served by each Python worker process.
+
+Why prometheus_client in the worker rather than Flink's metric group with the
+flink-metrics-prometheus reporter (which the apache-flink wheel does ship, in
+`pyflink/plugins/metrics-prometheus`): PyFlink's Python metric group offers counters, gauges,
+meters and distributions but no histogram, and commit latency and freshness need real
+histograms (quantiles over many workers); the reporter also has to be configured into the JVMs
+of the mini-cluster or session cluster, while a worker-side endpoint works unchanged on both.
+Each worker process (one per sink subtask) serves its own `/metrics` on the first free port of
+the configured range, so several subtasks can share a host.
+
+What is counted (all in this process's `REGISTRY`): messages and payload bytes in, complete
+episodes in, committed, duplicate and quarantined (by reason) episodes, Arrow bytes handed to
+Delta commits, the group commit's latency, freshness, and the consumer lag, which is read from
+the broker when scraped (never on the record path).
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
+
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger("pi_jobs.stream")
+
+__all__ = [
+    "METRIC_NAMES",
+    "REGISTRY",
+    "LagCollector",
+    "record_commit",
+    "serve_first_free",
+    "start_worker_metrics",
+]
+
+REGISTRY = CollectorRegistry()
+
+MESSAGES_IN = Counter("pilake_stream_messages", "Kafka records the sink received.", registry=REGISTRY)
+BYTES_IN = Counter("pilake_stream_bytes_in", "Payload bytes of the records received.", registry=REGISTRY)
+EPISODES_IN = Counter(
+    "pilake_stream_episodes_in",
+    "Episodes whose chunks all arrived (complete, before checks).",
+    registry=REGISTRY,
+)
+COMMITTED = Counter(
+    "pilake_stream_episodes_committed", "Episodes made visible by a Delta group commit.", registry=REGISTRY
+)
+DUPLICATES = Counter(
+    "pilake_stream_episodes_duplicate",
+    "Re-sent or replayed episodes found already committed (acked again, not written).",
+    registry=REGISTRY,
+)
+QUARANTINED = Counter(
+    "pilake_stream_episodes_quarantined",
+    "Quarantine rows written, by reason (a single unusable message counts as one).",
+    ["reason"],
+    registry=REGISTRY,
+)
+BYTES_WRITTEN = Counter(
+    "pilake_stream_bytes_written",
+    "Arrow (in-memory) bytes of the rows handed to Delta group commits: raw, episodes, steps, "
+    "video. Parquet files on disk are smaller (compressed).",
+    registry=REGISTRY,
+)
+COMMIT_SECONDS = Histogram(
+    "pilake_stream_commit_seconds",
+    "Wall time of one group commit (Delta commits of every table plus the catalog update).",
+    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
+    registry=REGISTRY,
+)
+FRESHNESS_SECONDS = Histogram(
+    "pilake_stream_freshness_seconds",
+    "Per committed episode: its Delta commit time minus the Kafka timestamp (producer send time) "
+    "of its latest chunk; minus that chunk's arrival at the sink when records carry no timestamp.",
+    buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0),
+    registry=REGISTRY,
+)
+SUBTASK = Gauge(
+    "pilake_stream_subtask", "Index of the sink subtask this worker process runs.", registry=REGISTRY
+)
+
+# Every series name of this module (counters with _total, histograms by their base name), for
+# the dashboard test and `pilake status`.
+METRIC_NAMES = (
+    "pilake_stream_messages_total",
+    "pilake_stream_bytes_in_total",
+    "pilake_stream_episodes_in_total",
+    "pilake_stream_episodes_committed_total",
+    "pilake_stream_episodes_duplicate_total",
+    "pilake_stream_episodes_quarantined_total",
+    "pilake_stream_bytes_written_total",
+    "pilake_stream_commit_seconds",
+    "pilake_stream_freshness_seconds",
+    "pilake_stream_subtask",
+    "pilake_stream_consumer_lag_messages",
+    "pilake_stream_partition_offset",
+)
+
+
+def record_commit(group: Sequence[Any], result: Any, *, seconds: float, committed_at_ns: int) -> None:
+    """Count one group commit of the sink: its latency, its episodes, the Arrow bytes handed
+    to Delta, and each committed episode's freshness.
+
+    Args:
+        group: the sink's waiting episodes of this commit (`rows`, `raw`, `published_at_ns`).
+        result: the writer's `pi_format.lake.GroupCommit`.
+        seconds: wall time of the Delta commits plus the catalog update.
+        committed_at_ns: when the Delta commit returned (wall clock).
+
+    Example:
+        >>> record_commit(group, result, seconds=0.31, committed_at_ns=time.time_ns())
+    """
+    COMMIT_SECONDS.observe(seconds)
+    committed = set(result.committed)
+    for w in group:
+        BYTES_WRITTEN.inc(w.raw.nbytes + w.rows.episode.nbytes + w.rows.steps.nbytes + w.rows.video.nbytes)
+        if w.rows.episode_id not in committed:
+            continue
+        # the Kafka timestamp of its latest chunk; without one, its latest arrival at the sink
+        last = getattr(w, "published_at_ns", None) or max(w.raw.column("received_at_ns").to_pylist())
+        FRESHNESS_SECONDS.observe(max(0.0, (committed_at_ns - last) / 1e9))
+    COMMITTED.inc(len(committed))
+    DUPLICATES.inc(len(result.duplicates))
+
+
+class LagCollector(Collector):
+    """Consumer lag per partition of the raw topic, read from the broker when scraped.
+
+    lag = high watermark - 1 - the highest offset this subtask has received. With several
+    sink subtasks each sees only its keys' records, so the job's lag of a partition is the
+    minimum over subtasks (`min by (partition)` in PromQL). The local Tansu broker reports the
+    start of the last batch + 1 as its high watermark (ARCHITECTURE.md), so there the figure
+    can be short by up to a batch: a lower bound.
+    """
+
+    def __init__(
+        self,
+        *,
+        bootstrap_servers: str,
+        topic: str,
+        client_options: Mapping[str, str],
+        offsets: Callable[[], Mapping[str, int]],
+    ) -> None:
+        self._conf = {
+            **client_options,
+            "bootstrap.servers": bootstrap_servers,
+            "group.id": "pilake-stream-lag-probe",  # never joined: watermarks only
+            "enable.auto.commit": False,
+        }
+        self._topic = topic
+        self._offsets = offsets
+        self._consumer: Any = None
+        self._lock = threading.Lock()
+
+    def describe(self) -> Iterator[GaugeMetricFamily]:
+        """The families `collect` yields, without asking the broker (used at registration)."""
+        yield GaugeMetricFamily("pilake_stream_partition_offset", "", labels=["partition"])
+        yield GaugeMetricFamily("pilake_stream_consumer_lag_messages", "", labels=["partition"])
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        seen = GaugeMetricFamily(
+            "pilake_stream_partition_offset",
+            "Highest Kafka offset of the raw topic this subtask received, per partition.",
+            labels=["partition"],
+        )
+        offsets = dict(self._offsets())
+        for key, offset in sorted(offsets.items()):  # the progress file's keys: partitions as text
+            seen.add_metric([key], offset)
+        yield seen
+        lag = GaugeMetricFamily(
+            "pilake_stream_consumer_lag_messages",
+            "High watermark - 1 - highest offset received, per partition (a lower bound on Tansu).",
+            labels=["partition"],
+        )
+        try:
+            for partition, high in self._watermarks().items():
+                received = offsets.get(str(partition), -1)
+                lag.add_metric([str(partition)], max(0, high - 1 - received))
+        except Exception as err:  # a scrape must not fail because the broker is slow or away
+            log.debug("consumer lag unavailable: %s", err)
+        yield lag
+
+    def _watermarks(self) -> dict[int, int]:
+        from confluent_kafka import Consumer, TopicPartition
+
+        with self._lock:  # scrapes can overlap; the consumer is not thread-safe
+            if self._consumer is None:
+                self._consumer = Consumer(self._conf)
+            meta = self._consumer.list_topics(self._topic, timeout=2.0)
+            topic = meta.topics.get(self._topic)
+            if topic is None or topic.error is not None:
+                return {}
+            return {
+                p: int(self._consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=2.0)[1])
+                for p in sorted(topic.partitions)
+            }
+
+
+def serve_first_free(first: int, last: int, registry: CollectorRegistry) -> int | None:
+    """Serve `registry` on the first port of [first, last] that is free; None if none is.
+
+    Example:
+        >>> serve_first_free(9470, 9477, REGISTRY)
+        9470
+    """
+    for port in range(first, last + 1):
+        try:
+            start_http_server(port, registry=registry)
+        except OSError:
+            continue
+        return port
+    return None
+
+
+_state: dict[str, Any] = {}
+_state_lock = threading.Lock()
+
+
+def start_worker_metrics(
+    ports: tuple[int, int],
+    *,
+    subtask: int,
+    bootstrap_servers: str,
+    topic: str,
+    client_options: Mapping[str, str],
+    offsets: Callable[[], Mapping[str, int]],
+) -> int | None:
+    """Serve this worker's metrics (once per process; a reopened sink after a Flink restart
+    keeps the port and points the lag at its new offsets). Returns the port, or None when every
+    port of the range is taken (logged: the job runs on without metrics)."""
+    with _state_lock:
+        SUBTASK.set(subtask)
+        old = _state.get("lag")
+        if old is not None:
+            REGISTRY.unregister(old)
+        lag = LagCollector(
+            bootstrap_servers=bootstrap_servers, topic=topic, client_options=client_options, offsets=offsets
+        )
+        REGISTRY.register(lag)
+        _state["lag"] = lag
+        if "port" not in _state:
+            _state["port"] = serve_first_free(ports[0], ports[1], REGISTRY)
+            if _state["port"] is None:
+                log.warning(
+                    "stream metrics: every port of %d-%d is taken; this worker serves no metrics "
+                    "(widen the range: PILAKE_STREAM_METRICS_PORT / PILAKE_METRICS_PORT_RANGE)",
+                    ports[0],
+                    ports[1],
+                )
+            else:
+                log.info("stream metrics of subtask %d on port %d", subtask, _state["port"])
+        port: int | None = _state["port"]
+        return port
