@@ -35,6 +35,12 @@ def parse_location(location: str) -> str | ServerLocation:
         raise ValueError("location must be a filesystem path or 'http://host:port[/db]', got ''")
     if location.startswith(("http://", "https://")):
         parts = urlsplit(location)
+        if parts.username is not None or parts.password is not None:
+            # The location is printed in errors and reprs: credentials must not be part of it.
+            raise ValueError(
+                f"location {parts.scheme}://...@{parts.hostname}{parts.path} carries credentials; "
+                f"remove them from the URL and set {USER_ENV} / {PASSWORD_ENV} instead"
+            )
         if not parts.hostname:
             raise ValueError(f"location {location!r} has no host; use 'http://host:port[/db]'")
         secure = parts.scheme == "https"
@@ -76,5 +82,24 @@ def connect(target: str | ServerLocation, location: str) -> Any:
             password=os.environ.get(PASSWORD_ENV, ""),
         )
     except Exception as err:
-        # Never echo credentials: the message names the location only.
-        raise PiCatalogError(f"cannot open the catalog at {location}: {err}") from err
+        # Never echo credentials: the message names the location and the user only.
+        raise PiCatalogError(f"cannot open the catalog at {location}: {err}{_hint(err, target)}") from err
+
+
+# ClickHouse's authentication error codes: REQUIRED_PASSWORD, UNKNOWN_USER, WRONG_PASSWORD,
+# AUTHENTICATION_FAILED.
+_AUTH_CODES = frozenset({194, 192, 193, 516})
+
+
+def _hint(err: Exception, target: str | ServerLocation) -> str:
+    """What to do about a failed connect, by what clickhouse-connect raised."""
+    if isinstance(target, str):
+        return ""
+    from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
+
+    if isinstance(err, DatabaseError) and getattr(err, "code", None) in _AUTH_CODES:
+        user = os.environ.get(USER_ENV, "default")
+        return f"; the server refused user {user!r}: check {USER_ENV} and {PASSWORD_ENV}"
+    if isinstance(err, OperationalError):
+        return f"; is a ClickHouse server running and reachable at {target.host}:{target.port}?"
+    return ""

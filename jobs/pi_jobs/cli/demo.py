@@ -8,6 +8,7 @@ the frames exactly as the loader returns them, and a JSON of the figures measure
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import logging
 import time
@@ -133,8 +134,18 @@ def _run_path(settings: Settings, config: DemoConfig, summary: DemoSummary) -> N
             uploader.send_pending()
             summary.upload_mb = round(sum(e.size_bytes for e in entries) / 1e6, 2)
             print(f"    {len(entries)} episodes, {summary.upload_mb} MB in the spool and sent")
-        with _Stage(summary, "stream (PyFlink, until idle)"):
-            report = run_stream_job(stream_config(settings), until_idle=True, idle_timeout_s=3.0)
+        # The embedded mini-cluster, or the session cluster the settings name (`pilake up --flink`
+        # and PILAKE_FLINK_URL / [flink] rest_url): the same job either way.
+        where = f"session cluster {settings.flink_rest_url}" if settings.flink_rest_url else "mini-cluster"
+        with _Stage(summary, f"stream (PyFlink on the {where}, until idle)"):
+            submit = None
+            if settings.flink_rest_url:
+                from pi_jobs.local.flink_submit import submit_stream_job
+
+                submit = functools.partial(submit_stream_job, url=settings.flink_rest_url)
+            report = run_stream_job(
+                stream_config(settings), until_idle=True, idle_timeout_s=3.0, submit=submit
+            )
             print(f"    {report}")
         # busy time excludes the JVM/job startup and the idle wait that ends `--until-idle`
         if report.busy_s > 0:
