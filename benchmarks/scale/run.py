@@ -266,6 +266,14 @@ def main() -> int:
         "--prepare-only", action="store_true", help="build the real episodes' data (render, LeRobot) and stop"
     )
     parser.add_argument("--ingest-json", type=Path, default=None)
+    parser.add_argument(
+        "--add-ingest",
+        type=Path,
+        default=None,
+        metavar="SCALE_JSON",
+        help="measure nothing: put --ingest-json's figures into this earlier scale.json (the ingest "
+        "benchmark runs on a quiet machine, apart), judge the targets again, rewrite it and its PNG",
+    )
     parser.add_argument("--peers-venv", type=Path, default=ROOT / "benchmarks" / "loader" / ".venv-peers")
     parser.add_argument("--data", type=Path, default=HERE / "results" / "data", help="built data (cached)")
     parser.add_argument("--out", type=Path, default=HERE / "results")
@@ -300,6 +308,8 @@ def main() -> int:
         )
         print(f"real episodes' data ready under {root}: {timings}")
         return 0
+    if args.add_ingest is not None:
+        return add_ingest(args.add_ingest, args.ingest_json)
     host = machine()
     print(f"machine: {describe(host)}", flush=True)
     t0 = time.monotonic()
@@ -341,6 +351,23 @@ def main() -> int:
     plot(results, args.out / "scale.png")
     print_table(results)
     print(f"wrote {args.out / 'scale.json'} and {args.out / 'scale.png'} ({elapsed['total_s']:.0f} s in all)")
+    return 0
+
+
+def add_ingest(scale_json: Path, ingest_json: Path | None) -> int:
+    """Put the ingest figures into an earlier scale run's JSON and judge its targets again."""
+    if ingest_json is None:
+        raise SystemExit("--add-ingest needs --ingest-json PATH (benchmarks/ingest/run.py --parallelism 1,2)")
+    results = json.loads(scale_json.read_text())
+    results["ingest"] = ingest_figure(ingest_json)
+    results["ingest"]["added_after_the_run"] = True  # measured apart, on its own
+    detail = judge(results)
+    results["targets"] = {name: d["met"] for name, d in detail.items()}
+    results["targets_detail"] = detail
+    scale_json.write_text(json.dumps(results, indent=2))
+    plot(results, scale_json.with_suffix(".png"))
+    print_table(results)
+    print(f"rewrote {scale_json} and {scale_json.with_suffix('.png')} with {ingest_json}")
     return 0
 
 
