@@ -189,9 +189,8 @@ def _read(
         # a lake older than some column (e.g. the locators) reads it as nulls
         columns = [c for c in columns if c in schema.names]
     if not paths:
-        empty = pa.table({c: pa.array([], pa.null()) for c in columns}).slice(0, 0)
-        if schema is not None:
-            empty = pa.schema([schema.field(c) for c in columns]).empty_table()
+        fields = [schema.field(c) if schema is not None else pa.field(c, pa.null()) for c in columns]
+        empty = pa.schema(fields).empty_table()
         return empty.append_column(FILE_COLUMN, pa.array([], pa.int32())) if tag_files else empty
     missing = [p for p in paths if "://" not in p and not os.path.exists(p)]
     if missing:

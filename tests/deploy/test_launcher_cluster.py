@@ -22,15 +22,11 @@ from typing import Any
 
 import pytest
 
+from tests.conftest import _free_port
+
 LAUNCHER = Path(__file__).resolve().parents[2] / "deploy" / "job" / "launch_stream_job.py"
 
 
-def _free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _rest(url: str, *, method: str = "GET") -> Any:

@@ -8,7 +8,6 @@ the work with a scrape before it.
 from __future__ import annotations
 
 import dataclasses
-import urllib.request
 from pathlib import Path
 
 import pytest
@@ -16,22 +15,12 @@ from pi_format import AckStatus
 from pi_format.wire import encode_episode
 from pi_ingest import Uploader, UploaderConfig
 from pi_ingest._metrics import served_port
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import _free_port
+from tests.fixtures.metrics_scrape import scrape
 from tests.ingest.test_uploader import _episodes, ack, publish, wait_confirmed
 
 integration = pytest.mark.integration
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def delta(before: dict, after: dict, name: str, **labels: str) -> float:

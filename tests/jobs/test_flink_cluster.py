@@ -15,7 +15,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -26,6 +25,8 @@ from typing import Any, TypeVar
 
 import pytest
 
+from tests.conftest import _free_port
+
 T = TypeVar("T")
 _SUBMITTED = re.compile(r"stream job ([0-9a-f]{32}) submitted")
 # Generous bounds for a loaded 2-core machine; each step normally takes a fraction of this.
@@ -34,10 +35,6 @@ RESTORE_TIMEOUT_S = 240.0
 CONFIRM_TIMEOUT_S = 300.0
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def _pilake(env: dict[str, str], *args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:

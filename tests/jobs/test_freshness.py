@@ -24,6 +24,8 @@ from pi_jobs.ops.freshness import (
     write_histogram,
 )
 
+from tests.fixtures.stream_jobs import small_stream_job
+
 integration = pytest.mark.integration
 
 
@@ -100,8 +102,7 @@ def test_stream_job_records_freshness(broker: str, stack_settings: Any, tmp_path
     from pi_catalog import Catalog
     from pi_format import LakeLayout
     from pi_format.wire import encode_episode
-    from pi_jobs.stream import StreamJobConfig, run_stream_job
-    from pi_jobs.stream.featurize import FeaturizeConfig
+    from pi_jobs.stream import run_stream_job
 
     from tests.jobs.test_stream_job import _episode
 
@@ -119,17 +120,13 @@ def test_stream_job_records_freshness(broker: str, stack_settings: Any, tmp_path
     assert producer.flush(30) == 0
     after_send_ns = time.time_ns()
 
-    config = StreamJobConfig(
-        bootstrap_servers=broker,
-        lake_root=str(tmp_path / "lake"),
-        catalog_path=str(tmp_path / "catalog"),
-        work_dir=tmp_path / "flink",
-        jar_dir=Path(stack_settings.jar_dir),
+    config = small_stream_job(
+        broker=broker,
+        root=tmp_path,
+        jar_dir=stack_settings.jar_dir,
         raw_topic=raw_topic,
         ack_topic=ack_topic,
         group_id=f"fr-group-{run}",
-        checkpoint_interval_ms=1000,
-        featurize=FeaturizeConfig(video_width=32, video_height=32, chunk_frames=4),
     )
     report = run_stream_job(config, until_idle=True, idle_timeout_s=2.0, max_runtime_s=240)
     assert report.episodes_committed == 3

@@ -17,6 +17,7 @@ from pi_format import LakeLayout
 from pi_format.wire import encode_episode
 
 from tests.conftest import _free_port
+from tests.fixtures.stream_jobs import small_stream_job
 from tests.jobs.test_stream_job import _episode
 
 integration = pytest.mark.integration
@@ -71,8 +72,7 @@ def test_stream_worker_metrics_equal_what_the_job_did(
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     from pi_jobs.ops.metrics_view import Scrape, render, scrape
-    from pi_jobs.stream import StreamJobConfig, run_stream_job
-    from pi_jobs.stream.featurize import FeaturizeConfig
+    from pi_jobs.stream import run_stream_job
 
     run = uuid.uuid4().hex[:8]
     raw_topic, ack_topic = f"mt-raw-{run}", f"mt-ack-{run}"
@@ -97,17 +97,13 @@ def test_stream_worker_metrics_equal_what_the_job_did(
 
     first = _free_port()
     ports = (first, first + 3)  # the worker takes the first free one
-    config = StreamJobConfig(
-        bootstrap_servers=broker,
-        lake_root=str(tmp_path / "lake"),
-        catalog_path=str(tmp_path / "catalog"),
-        work_dir=tmp_path / "flink",
-        jar_dir=Path(stack_settings.jar_dir),
+    config = small_stream_job(
+        broker=broker,
+        root=tmp_path,
+        jar_dir=stack_settings.jar_dir,
         raw_topic=raw_topic,
         ack_topic=ack_topic,
         group_id=f"mt-group-{run}",
-        checkpoint_interval_ms=1000,
-        featurize=FeaturizeConfig(video_width=32, video_height=32, chunk_frames=4),
         metrics_ports=ports,
     )
 

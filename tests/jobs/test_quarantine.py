@@ -22,6 +22,7 @@ from deltalake import DeltaTable
 from pi_format import Ack, AckStatus, Episode, LakeLayout
 from pi_format.wire import encode_episode, read_bundle
 
+from tests.fixtures.stream_jobs import small_stream_job
 from tests.jobs.contract_episodes import make_episode, with_arrays
 from tests.jobs.test_stream_job import _read_acks
 
@@ -67,8 +68,7 @@ def _bad_episodes() -> dict[str, Episode]:
 def run(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFactory) -> Run:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pi_jobs.stream import StreamJobConfig, run_stream_job
-    from pi_jobs.stream.featurize import FeaturizeConfig
+    from pi_jobs.stream import run_stream_job
 
     tag = uuid.uuid4().hex[:8]
     raw_topic, ack_topic = f"q-raw-{tag}", f"q-ack-{tag}"
@@ -108,17 +108,13 @@ def run(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFacto
     assert producer.flush(30) == 0
 
     work = tmp_path_factory.mktemp("quarantine-job")
-    config = StreamJobConfig(
-        bootstrap_servers=broker,
-        lake_root=str(work / "lake"),
-        catalog_path=str(work / "catalog"),
-        work_dir=work / "flink",
-        jar_dir=Path(stack_settings.jar_dir),
+    config = small_stream_job(
+        broker=broker,
+        root=work,
+        jar_dir=stack_settings.jar_dir,
         raw_topic=raw_topic,
         ack_topic=ack_topic,
         group_id=f"q-group-{tag}",
-        checkpoint_interval_ms=1000,
-        featurize=FeaturizeConfig(video_width=32, video_height=32, chunk_frames=4),
         incomplete_timeout_s=3.0,
     )
     first = run_stream_job(config, until_idle=True, idle_timeout_s=2.0, max_runtime_s=240)

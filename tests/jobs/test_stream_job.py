@@ -21,6 +21,8 @@ from pi_format import Ack, AckStatus, CameraSpec, CameraVideo, Episode, EpisodeM
 from pi_format.video import encode_mp4
 from pi_format.wire import encode_episode
 
+from tests.fixtures.stream_jobs import small_stream_job
+
 integration = pytest.mark.integration
 
 
@@ -79,8 +81,7 @@ def _read_acks(broker: str, topic: str, expected: int, timeout_s: float = 30.0) 
 def landed(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFactory) -> Landed:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pi_jobs.stream import StreamJobConfig, run_stream_job
-    from pi_jobs.stream.featurize import FeaturizeConfig
+    from pi_jobs.stream import run_stream_job
 
     run = uuid.uuid4().hex[:8]
     raw_topic, ack_topic = f"it-raw-{run}", f"it-ack-{run}"
@@ -112,17 +113,13 @@ def landed(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFa
     assert producer.flush(30) == 0
 
     work = tmp_path_factory.mktemp("stream-job")
-    config = StreamJobConfig(
-        bootstrap_servers=broker,
-        lake_root=str(work / "lake"),
-        catalog_path=str(work / "catalog"),
-        work_dir=work / "flink",
-        jar_dir=Path(stack_settings.jar_dir),
+    config = small_stream_job(
+        broker=broker,
+        root=work,
+        jar_dir=stack_settings.jar_dir,
         raw_topic=raw_topic,
         ack_topic=ack_topic,
         group_id=f"it-group-{run}",
-        checkpoint_interval_ms=1000,
-        featurize=FeaturizeConfig(video_width=32, video_height=32, chunk_frames=4),
         parallelism=2,  # two sink subtasks, two lake writers, two progress files
     )
     report = run_stream_job(config, until_idle=True, idle_timeout_s=2.0, max_runtime_s=240)

@@ -19,6 +19,8 @@ from typing import Any
 import pytest
 from pi_format.jsonlog import EVENT_LOG_DIR_ENV
 
+from tests.fixtures.stream_jobs import small_stream_job
+
 integration = pytest.mark.integration
 
 
@@ -34,8 +36,7 @@ class Traced:
 def traced(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Traced]:
     from confluent_kafka.admin import AdminClient, NewTopic
     from pi_ingest import Uploader, UploaderConfig
-    from pi_jobs.stream import StreamJobConfig, run_stream_job
-    from pi_jobs.stream.featurize import FeaturizeConfig
+    from pi_jobs.stream import run_stream_job
     from pi_loader import Dataset
 
     from tests.jobs.test_stream_job import _episode
@@ -58,17 +59,13 @@ def traced(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFa
             for ep in [*good, bad]:
                 up.submit(ep)
             assert up.send_pending() > 0
-            job = StreamJobConfig(
-                bootstrap_servers=broker,
-                lake_root=str(work / "lake"),
-                catalog_path=str(work / "catalog"),
-                work_dir=work / "flink",
-                jar_dir=Path(stack_settings.jar_dir),
+            job = small_stream_job(
+                broker=broker,
+                root=work,
+                jar_dir=stack_settings.jar_dir,
                 raw_topic=raw_topic,
                 ack_topic=ack_topic,
                 group_id=f"tr-group-{run}",
-                checkpoint_interval_ms=1000,
-                featurize=FeaturizeConfig(video_width=32, video_height=32, chunk_frames=4),
             )
             report = run_stream_job(job, until_idle=True, idle_timeout_s=2.0, max_runtime_s=240)
             assert (report.episodes_committed, report.quarantined) == (2, 1)

@@ -5,27 +5,16 @@ from __future__ import annotations
 
 import subprocess
 import sys
-import urllib.request
 
 import pytest
 from pi_loader import Dataset, Loader, PiLoaderError, SampleSpec, ShardSpec
-from prometheus_client.parser import text_string_to_metric_families
 
 from tests.conftest import _free_port
 from tests.fixtures.lake_factory import FakeLake
+from tests.fixtures.metrics_scrape import scrape
 from tests.loader.conftest import LOADER_EPISODES, LOADER_STEPS
 
 N = LOADER_EPISODES * LOADER_STEPS
-
-
-def scrape(port: int) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
-        text = response.read().decode()
-    return {
-        (s.name, tuple(sorted(s.labels.items()))): s.value
-        for family in text_string_to_metric_families(text)
-        for s in family.samples
-    }
 
 
 def test_off_by_default_imports_nothing(loader_lake: FakeLake) -> None:
