@@ -202,3 +202,42 @@ def test_old_lake_gets_locator_columns(tmp_path: Path) -> None:
     rows = _rows(layout.episodes).sort_by("episode_id")
     assert rows.column("steps_file").to_pylist()[0] is None
     assert rows.column("steps_file").to_pylist()[1] is not None
+
+
+def test_writer_learns_other_writers_markers_from_the_log(tmp_path: Path) -> None:
+    """A writer learns what others committed from the JSON commits since its last look (or, after
+    a long gap or a cleaned log, from the file list) and never commits those episodes again."""
+    layout = LakeLayout(str(tmp_path / "lake"))
+    watcher = LakeWriter(layout, writer_id="watcher")
+    other = LakeWriter(layout, writer_id="other")
+    other.commit_episodes([_featurized("ep-1", "att-1"), _featurized("ep-2", "att-2")])
+    # a few versions since its last look: read from _delta_log/<version>.json
+    result = watcher.commit_episodes([_featurized("ep-2", "att-9"), _featurized("ep-3", "att-3")])
+    assert result.committed == ("ep-3",) and result.duplicates == ("ep-2",)
+    assert watcher.committed_attempt("ep-1") == "att-1"
+    # log entries cleaned up behind a checkpoint (every 25 commits): the file list instead
+    seen = DeltaTable(layout.episodes).version()
+    for i in range(26):
+        other.commit_episode(_featurized(f"ep-{4 + i}", f"att-{4 + i}", seed=i))
+    assert list(Path(layout.episodes, "_delta_log").glob("*.checkpoint.parquet"))
+    Path(layout.episodes, "_delta_log", f"{seen + 1:020d}.json").unlink()
+    assert watcher.commit_episode(_featurized("ep-4", "att-99")) == -1
+    assert watcher.committed_attempt("ep-29") == "att-29"
+    episodes = _rows(layout.episodes)
+    assert sorted(episodes.column("episode_id").to_pylist()) == sorted(f"ep-{i}" for i in range(1, 30))
+
+
+def test_plain_appends_commit_from_a_snapshot_far_behind(tmp_path: Path) -> None:
+    """A writer whose snapshot is many versions behind (others committed meanwhile; it updates
+    its snapshot only after its own commits) still commits; nothing is lost or doubled."""
+    layout = LakeLayout(str(tmp_path / "lake"))
+    sleeper = LakeWriter(layout, writer_id="sleeper")
+    busy = LakeWriter(layout, writer_id="busy")
+    for i in range(30):
+        busy.commit_episode(_featurized(f"busy-{i}", f"b-{i}", seed=i))
+    assert DeltaTable(layout.steps).version() - sleeper._tables["steps"].version() == 30
+    assert sleeper.commit_episode(_featurized("late", "l-1")) == 31
+    assert DeltaTable(layout.steps).version() == 31
+    assert _rows(layout.episodes).num_rows == 31
+    steps = _rows(layout.steps)
+    assert set(steps.column("episode_id").to_pylist()) == {f"busy-{i}" for i in range(30)} | {"late"}

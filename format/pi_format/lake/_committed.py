@@ -1,20 +1,27 @@
 """Which episodes are committed: the writer's memory of the episodes table.
 
 Read in full once when a writer opens (one projected scan of the commit markers), then kept up
-to date from only the episodes files that other writers added since (`refresh`), so its cost per
-group commit does not grow with the lake. `pi_format.lake.visibility.latest_commits` decides
+to date from only the episodes files that other writers added since (`refresh`), found in the
+JSON commits of the versions since the last refresh rather than in the table's file list, so its
+cost per group commit does not grow with the lake. `pi_format.lake.visibility.latest_commits` decides
 which attempt counts when an episode has several rows; `_merge` applies the same rule pair by
 pair (latest committed_at_ns, ties to the larger attempt_id).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
+from urllib.parse import unquote
 
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from pi_format.lake.visibility import COMMIT_COLUMNS
+
+# More new versions than this since the last refresh: list the table's files instead of reading
+# each version's JSON commit (a writer that slept while others committed).
+_MAX_LOG_READS = 64
 
 
 def read_file(uri: str, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
@@ -40,6 +47,7 @@ class CommittedEpisodes:
 
     def __init__(self, table: Any) -> None:
         self._table = table
+        self._version = -1  # the table version of the last refresh
         self._known_files: set[str] = set()
         # episode_id -> (attempt_id, committed_at_ns, index into _files of its marker's file)
         self._visible: dict[str, tuple[str, int, int]] = {}
@@ -62,11 +70,46 @@ class CommittedEpisodes:
         """Bring the table up to its latest version and learn the episodes of files added since
         the last refresh; returns their episode ids."""
         self._table.update_incremental()
-        uris = self._table.file_uris()
+        version = int(self._table.version())
+        if version == self._version:
+            return []
+        uris = None
+        if self._version >= 0 and version - self._version <= _MAX_LOG_READS:
+            uris = self._added_in(range(self._version + 1, version + 1))
+        if uris is None:  # first refresh, a long gap, or log entries already cleaned up
+            uris = self._table.file_uris()
+        self._version = version
         new = [u for u in uris if u not in self._known_files]
         if not new:
             return []
         return self._learn(new)
+
+    def _added_in(self, versions: range) -> list[str] | None:
+        """URIs of the files the JSON commits of `versions` add (Delta protocol: one action per
+        line, `add.path` relative to the table root and URL-encoded); None when one is missing."""
+        from pyarrow import fs
+
+        root = str(self._table.table_uri).rstrip("/")
+        local = root.startswith("file://") or "://" not in root
+        base = root.removeprefix("file://")
+        if local:
+            filesystem, log_dir = fs.LocalFileSystem(), f"{base}/_delta_log"
+        else:
+            filesystem, log_dir = fs.FileSystem.from_uri(f"{root}/_delta_log")
+        uris: list[str] = []
+        for v in versions:
+            try:
+                with filesystem.open_input_stream(f"{log_dir}/{v:020d}.json") as stream:
+                    lines = stream.read().decode().splitlines()
+            except (FileNotFoundError, OSError):
+                return None
+            for line in lines:
+                if '"add"' not in line:
+                    continue
+                path = json.loads(line).get("add", {}).get("path")
+                if path:
+                    uris.append(path if "://" in path or path.startswith("/") else f"{base}/{unquote(path)}")
+        return uris
 
     def learn_own(self, uri: str, rows: pa.Table) -> None:
         """Record the markers of a file this writer just committed, without reading it back."""
@@ -93,5 +136,6 @@ class CommittedEpisodes:
         ):
             known = self._visible.get(eid)
             # latest_commits' rule (pi_format.lake.visibility), for one pair at a time
-            if known is None or (at_ns, attempt) > (known[1], known[0]):
+            # (equal: the same marker in a newer file, e.g. after compaction: point at that one)
+            if known is None or (at_ns, attempt) >= (known[1], known[0]):
                 self._visible[eid] = (attempt, at_ns, file_index)
