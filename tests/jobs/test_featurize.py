@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from pi_format import CameraSpec, CameraVideo, Episode, EpisodeMeta, ProtocolError, QuarantineReason
@@ -104,6 +106,7 @@ def test_align_frames_rejects_bad_frames() -> None:
         ({"crf": 52}, "crf"),
         ({"chunk_frames": 10, "keyframe_interval": 4}, "keyframe_interval must be >= 1 and divide"),
         ({"keyframe_interval": 0}, "keyframe_interval must be >= 1 and divide"),
+        ({"transcode_threads": 0}, "transcode_threads"),
     ],
 )
 def test_config_validation(kwargs: dict[str, int], match: str) -> None:
@@ -235,3 +238,35 @@ def test_video_keyframe_interval(keyframe_interval: int | None, intra: bool) -> 
         assert units is not None
         assert [key for _, key in units] == [i % config.keyframe_interval == 0 for i in range(len(units))]
         assert ChunkDecoder(row["data"]).intra_only == intra
+
+
+def test_cameras_transcoded_at_once_give_the_same_rows() -> None:
+    """Cameras re-encoded on threads give the rows of one-after-the-other, bit for bit."""
+    cams = tuple(_camera(f"cam_{k}", k, 12, 10.0)[0] for k in range(3))
+    ep = _episode(steps=24, cameras=cams)
+    serial = _featurize(ep, dataclasses.replace(CONFIG, transcode_threads=1))
+    threaded = _featurize(ep, dataclasses.replace(CONFIG, transcode_threads=3))
+    assert threaded.video.equals(serial.video)
+    assert threaded.video.column("camera").to_pylist()[:: serial.video.num_rows // 3] == [
+        "cam_0",
+        "cam_1",
+        "cam_2",
+    ]
+
+
+def test_first_failing_camera_in_order_is_reported_with_threads() -> None:
+    good, _ = _camera("cam_a", 0, 6, 10.0)
+    bad_b = CameraVideo(
+        CameraSpec(name="cam_b", codec="h264", container="mp4", width=CAM_W, height=CAM_H, fps=10.0),
+        good.frame_timestamps_ns,
+        b"\x00not a video" * 50,
+    )
+    bad_c = CameraVideo(
+        CameraSpec(name="cam_c", codec="h264", container="mp4", width=CAM_W, height=CAM_H, fps=10.0),
+        np.arange(9, dtype=np.int64),
+        good.data,
+    )
+    config = dataclasses.replace(CONFIG, transcode_threads=3)
+    with pytest.raises(ProtocolError, match="camera 'cam_b'") as info:
+        _featurize(_episode(cameras=(good, bad_b, bad_c)), config)
+    assert info.value.reason is QuarantineReason.BAD_VIDEO

@@ -107,7 +107,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--group-commit-delay-ms",
         type=int,
         default=None,
-        help="longest an episode waits for its group commit (default 500)",
+        help="longest an episode waits for its group commit (default 200)",
     )
     p.add_argument(
         "--keyframe-interval",

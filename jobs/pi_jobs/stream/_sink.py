@@ -37,6 +37,7 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pi_jobs.stream import _metrics as metrics
 from pi_jobs.stream._acks import AckPublisher
 from pi_jobs.stream._events import SinkEvents, offset_ranges
+from pi_jobs.stream._progress import load_progress, subtask_progress_file, write_progress
 from pi_jobs.stream._records import (
     NO_KEY,
     OVERSIZE_KEEP_BYTES,
@@ -78,9 +79,9 @@ class SinkSettings:
     # incomplete_timeout; its chunks are kept in raw.
     incomplete_timeout_ms: int = DEFAULT_INCOMPLETE_TIMEOUT_MS
     # Group commit bounds (SPEC.md §7.8): commit when this many episodes are waiting, or when
-    # the oldest has waited this long. 0.5 s keeps freshness p95 under 2 s with commit time.
+    # the oldest has waited this long (StreamJobConfig says why 200 ms).
     group_commit_max_episodes: int = 32
-    group_commit_delay_ms: int = 500
+    group_commit_delay_ms: int = 200
     # Writer identities are f"{writer_prefix}-{subtask index}" (unique per job and subtask).
     writer_prefix: str = "pilake-stream"
     # JSON event logs (pi_format.jsonlog, read by `pilake trace`): one file per worker process
@@ -144,7 +145,9 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         self.waiting_since_ms = 0
         self.flushing = 0  # episodes in the group commit under way (for fault reports)
         self.registry = self.settings.registry or load_registry(None)
-        self.progress = self._load_progress()
+        # one file per subtask; the driver adds them up (pi_jobs.stream._progress)
+        self._progress_file = subtask_progress_file(self.settings.progress_path, self.subtask)
+        self.progress = load_progress(self._progress_file)
         if self.settings.metrics_ports is not None:
             metrics.start_worker_metrics(
                 self.settings.metrics_ports,
@@ -178,44 +181,10 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         os._exit(137)
 
     # -- progress --------------------------------------------------------------------------
-    def _load_progress(self) -> dict[str, Any]:
-        # After a Flink restart inside the same run, keep counting from where we were.
-        path = self._progress_file
-        try:
-            doc: dict[str, Any] = json.loads(path.read_text())
-            if isinstance(doc.get("offsets"), dict):
-                return doc
-        except (OSError, ValueError):
-            pass
-        return {
-            "offsets": {},
-            "messages": 0,
-            "bytes": 0,
-            "committed": 0,
-            "duplicates": 0,
-            "quarantined": 0,
-            "incomplete": 0,
-            "timed_out": 0,
-            "first_activity_ns": 0,
-            "last_activity_ns": 0,
-        }
-
-    @property
-    def _progress_file(self) -> Path:
-        # one file per subtask; the driver adds them up (pi_jobs.stream.driver)
-        path = Path(self.settings.progress_path)
-        return path.with_name(f"{path.stem}-{self.subtask}{path.suffix}")
-
     def _write_progress(self) -> None:
-        now = time.time_ns()
-        self.progress["incomplete"] = len(self.pending)
-        self.progress["buffered"] = len(self.waiting)
-        self.progress["first_activity_ns"] = self.progress.get("first_activity_ns") or now
-        self.progress["last_activity_ns"] = now
-        path = self._progress_file
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(json.dumps(self.progress, sort_keys=True))
-        os.replace(tmp, path)  # atomic: the driver never reads half a file
+        write_progress(
+            self._progress_file, self.progress, incomplete=len(self.pending), buffered=len(self.waiting)
+        )
 
     # -- outputs ---------------------------------------------------------------------------
     def _quarantine(

@@ -6,7 +6,6 @@ topic has been processed.
 
 from __future__ import annotations
 
-import json
 import logging
 import time
 from collections.abc import Callable, Mapping
@@ -15,51 +14,12 @@ from typing import Any, Protocol
 
 from pi_jobs.errors import StreamJobError
 from pi_jobs.stream._logs import log_tail, python_error
+from pi_jobs.stream._progress import progress_files, read_progress
 from pi_jobs.stream.config import StreamJobConfig, StreamReport
 from pi_jobs.stream.job import build_job, effective_log_dir
 from pi_jobs.stream.offsets import committed_offsets, true_end_offsets
 
 log = logging.getLogger("pi_jobs")
-
-
-_SUMMED = (
-    "messages",
-    "bytes",
-    "committed",
-    "duplicates",
-    "quarantined",
-    "incomplete",
-    "buffered",
-    "timed_out",
-)
-
-
-def _progress_files(path: Path) -> list[Path]:
-    return sorted(path.parent.glob(f"{path.stem}-*{path.suffix}"))
-
-
-def read_progress(path: Path) -> dict[str, Any]:
-    """The progress of all sink subtasks (one file each, see `_sink`), added up: counts summed,
-    per-partition offsets the largest any subtask processed, activity from first to last."""
-    docs = []
-    for one in _progress_files(path):
-        try:
-            docs.append(json.loads(one.read_text()))
-        except (OSError, ValueError):
-            continue
-    if not docs:
-        return {}
-    total: dict[str, Any] = {k: sum(int(d.get(k, 0)) for d in docs) for k in _SUMMED}
-    offsets: dict[str, int] = {}
-    for d in docs:
-        for p, o in d.get("offsets", {}).items():
-            offsets[p] = max(offsets.get(p, -1), int(o))
-    total["offsets"] = offsets
-    starts = [int(d["first_activity_ns"]) for d in docs if d.get("first_activity_ns")]
-    total["first_activity_ns"] = min(starts) if starts else 0
-    total["last_activity_ns"] = max(int(d.get("last_activity_ns", 0)) for d in docs)
-    total["subtasks"] = len(docs)
-    return total
 
 
 def _report(progress: Mapping[str, Any], elapsed_s: float, startup_s: float) -> StreamReport:
@@ -177,7 +137,7 @@ def run_stream_job(
     t0 = time.monotonic()
     config.work_dir.mkdir(parents=True, exist_ok=True)
     progress_path = config.progress_path
-    for old in _progress_files(progress_path):  # counts are per run
+    for old in progress_files(progress_path):  # counts are per run
         old.unlink(missing_ok=True)
 
     start_offsets: dict[int, int] = {}

@@ -8,6 +8,9 @@ episode row carries per-episode statistics of proprio and action.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,6 +57,12 @@ class FeaturizeConfig:
     keyframe_interval: int = 1
     # CRF 20 is visually lossless for 224x224 robot footage at a fraction of CRF 0's size.
     crf: int = 20
+    # Cameras re-encoded at once (threads: PyAV decodes and encodes without the GIL; each
+    # camera's encoder stays single-threaded, so the bytes do not depend on it). None: one per
+    # camera, at most the CPU count. Measured on 3 cameras of a 4 s episode: 450-510 ms one
+    # after the other, 270-290 ms at once; this is latency an idle sink would otherwise add to
+    # freshness.
+    transcode_threads: int | None = None
 
     def __post_init__(self) -> None:
         for name, value in (("video_width", self.video_width), ("video_height", self.video_height)):
@@ -66,6 +75,8 @@ class FeaturizeConfig:
         check_keyframe_interval(self.keyframe_interval, self.chunk_frames)
         if not 0 <= self.crf <= 51:
             raise ValueError(f"crf must be in [0, 51] (x264's range), got {self.crf}")
+        if self.transcode_threads is not None and self.transcode_threads < 1:
+            raise ValueError(f"transcode_threads must be >= 1 or None, got {self.transcode_threads}")
 
 
 def align_frames(step_timestamps_ns: np.ndarray, frame_timestamps_ns: np.ndarray) -> np.ndarray:
@@ -188,6 +199,20 @@ def _transcode(
     ]
 
 
+def _transcode_cameras(
+    episode_id: str, attempt_id: str, cameras: Sequence[CameraVideo], config: FeaturizeConfig
+) -> list[dict[str, object]]:
+    """Every camera's chunk rows, in camera order; the first failing camera's error (in camera
+    order, as one after the other would raise it)."""
+    threads = min(len(cameras), config.transcode_threads or os.cpu_count() or 1)
+    if threads <= 1:
+        per_camera = [_transcode(episode_id, attempt_id, cam, config) for cam in cameras]
+    else:
+        with ThreadPoolExecutor(threads, thread_name_prefix="transcode") as pool:
+            per_camera = list(pool.map(lambda cam: _transcode(episode_id, attempt_id, cam, config), cameras))
+    return [row for rows in per_camera for row in rows]
+
+
 def featurize(
     episode: Episode,
     *,
@@ -234,7 +259,7 @@ def featurize(
             raise ProtocolError(
                 QuarantineReason.BAD_VALUES, f"episode {eid} camera {cam.spec.name!r}: {err}"
             ) from err
-    video_rows = [row for cam in episode.cameras for row in _transcode(eid, attempt_id, cam, config)]
+    video_rows = _transcode_cameras(eid, attempt_id, episode.cameras, config)
 
     t = episode.step_count
     frame_index = np.stack(frame_index_cols, axis=1) if frame_index_cols else np.zeros((t, 0), dtype=np.int32)
