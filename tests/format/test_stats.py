@@ -15,7 +15,9 @@ from hypothesis import strategies as st
 from pi_format import EPISODES_SCHEMA, LakeLayout
 from pi_format import stats as S
 from pi_format.lake import NORM_STATS_COLUMNS, UNINDEXED_COLUMNS, ensure_lake_tables
+from pi_format.stats import _grid as G
 from pi_format.stats import _merge as M
+from pi_format.stats import _walk as W
 
 # -- data ------------------------------------------------------------------------------------
 
@@ -59,16 +61,17 @@ def rank_error(values: np.ndarray, x: float, q: float) -> float:
 
 
 @contextlib.contextmanager
-def tight_limits(model: int, z: float, head: int, threads: bool) -> Iterator[None]:
+def tight_limits(model: int, z: float, head: int, threads: bool, bins: int = W._BINS) -> Iterator[None]:
     """Force the merge through its other paths on small data: brackets that miss their answer
     (a model of few knots, z = 0: widened and passed over again), rows counted whole (a short
-    head), the tails in one thread or two."""
-    saved = (M._MODEL_KNOTS, M._Z, M._HEAD, M._THREADS)
-    M._MODEL_KNOTS, M._Z, M._HEAD, M._THREADS = model, z, head, threads
+    head), the tails in one thread or two, the knots inside a bracket in one cell (all sorted)
+    or a few."""
+    saved = (M._MODEL_KNOTS, M._Z, M._HEAD, M._THREADS, W._BINS)
+    M._MODEL_KNOTS, M._Z, M._HEAD, M._THREADS, W._BINS = model, z, head, threads, bins
     try:
         yield
     finally:
-        M._MODEL_KNOTS, M._Z, M._HEAD, M._THREADS = saved
+        M._MODEL_KNOTS, M._Z, M._HEAD, M._THREADS, W._BINS = saved
 
 
 def brute_quantile(sk: S.Sketches, q: float) -> np.ndarray:
@@ -126,13 +129,13 @@ def test_offset_data_keeps_its_spread() -> None:
 # -- quantiles -------------------------------------------------------------------------------
 
 
-LIMITS = [(16, 4.0, 2, True), (1, 0.0, 1, False), (4, 0.5, 35, True), (64, 2.0, 12, False)]
+LIMITS = [(16, 4.0, 2, True, 1), (1, 0.0, 1, False, 2), (4, 0.5, 35, True, 64), (64, 2.0, 12, False, 3)]
 
 
 @given(datasets(), st.sampled_from(LIMITS))
 @settings(max_examples=80, deadline=None)
 def test_merge_is_the_step_function_of_every_knot(
-    episodes: list[np.ndarray], limits: tuple[int, float, int, bool]
+    episodes: list[np.ndarray], limits: tuple[int, float, int, bool, int]
 ) -> None:
     sk = S.decode_sketches([S.encode_sketch(e) for e in episodes])
     expected = np.stack([brute_quantile(sk, q) for q in QS])
@@ -150,6 +153,15 @@ def test_rank_error_stays_within_the_bound(episodes: list[np.ndarray], q: float)
     bound = S.rank_error_bound(q, len(episodes), len(everything))
     for d in range(everything.shape[1]):
         assert rank_error(everything[:, d], float(got[d]), q) <= bound + 1e-12
+
+
+@given(st.lists(st.integers(1, 2**32 - 1), min_size=1, max_size=50), st.integers(0, 2**32 - 1))
+@settings(max_examples=60, deadline=None)
+def test_knot_masses_are_those_of_the_cumulative_masses(counts: list[int], seed: int) -> None:
+    n = np.array([*counts, 1, 2, 3, 300, 3000], dtype=np.int64)
+    every = np.diff(S.cumulative_masses(n), axis=1)
+    knots = np.random.default_rng(seed).integers(0, S.GRID_V1.knots, len(n))
+    assert np.array_equal(G.knot_masses(n, knots), every[np.arange(len(n)), knots])
 
 
 def test_bound_of_the_default_grid_meets_the_target() -> None:

@@ -38,7 +38,8 @@ two). Knot k of a dimension is its order statistic of index round(grid[k] · (n 
 
 Modules: `_grid` (the rank grid, knot masses, the error bound), `_bytes` (encoding and decoding
 the sketch bytes), `_episode` (one episode's statistics at ingest), `_merge` (merging moments and
-quantiles), `_rows` (`merge_norm_stats` over episodes rows), `_errors`.
+quantiles), `_walk` (the last step of a quantile: the knots inside its bracket), `_rows`
+(`merge_norm_stats` over episodes rows), `_errors`.
 """
 
 from __future__ import annotations

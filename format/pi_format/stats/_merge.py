@@ -10,9 +10,14 @@ A quantile is found in one exact pass per tail, vectorized over every (quantile,
    dimension's K knots are sorted and contiguous: one row per episode), giving the exact merged
    mass below both ends; a bracket that does not hold the answer is widened to ±inf on the side
    it missed and passed over once more;
-3. the knots inside each bracket, packed as 64-bit keys (order-preserving value bits, then the
-   knot's mass), are sorted alone and walked from the bracket's tail-side end to the answer. A
-   bracket holding a single float (ties: a gripper at exactly 0) is its own answer.
+3. the knots inside each bracket are counted into cells by value (`_walk`: one pass over every
+   bracket at once); only the cell where the mass reaches the goal is packed as 64-bit keys
+   (order-preserving value bits, then the knot's mass), sorted and walked, from the mass of the
+   cells before it. A bracket holding a single float (ties: a gripper at exactly 0) is its own
+   answer.
+
+The knots' masses (`cumulative_masses`) and the edges are made on one core while the model is
+made on the other, then the two tails run on the two cores.
 
 The model only chooses how much work a merge does, never its result: the answer is the same
 pure function of the knots whatever the model (tests run it with a useless one).
@@ -27,7 +32,8 @@ import numpy as np
 
 from pi_format.stats._bytes import Sketches
 from pi_format.stats._errors import SketchError
-from pi_format.stats._grid import cumulative_masses
+from pi_format.stats._grid import cumulative_masses, knot_masses
+from pi_format.stats._walk import order_bits, walk_brackets
 
 NORM_QUANTILES = (0.01, 0.99)
 
@@ -90,26 +96,6 @@ _F32 = np.float32
 _LOW32 = np.uint64(0xFFFFFFFF)
 
 
-def _order_bits(w: np.ndarray, shift: int = 0) -> np.ndarray:
-    """uint64 of float32 `w` whose unsigned order is the floats' order (-0.0 taken as 0.0),
-    shifted left by `shift` bits (in place: one uint64 array made)."""
-    i = (w + _F32(0.0)).view(np.int32)
-    flip = i >> np.int32(31)  # -1 where negative: flip the 31 value bits, giving signed order
-    flip &= np.int32(0x7FFFFFFF)
-    flip ^= i
-    flip ^= np.int32(-0x80000000)  # signed order to unsigned order
-    out = flip.view(np.uint32).astype(np.uint64)
-    if shift:
-        out <<= np.uint64(shift)
-    return out
-
-
-def _from_order_bits(bits: int) -> float:
-    b = np.uint32(bits)
-    b = b & np.uint32(0x7FFFFFFF) if b >> np.uint32(31) else ~b
-    return float(np.array([b], dtype=np.uint32).view(np.float32)[0])
-
-
 class _Merge:
     """One merge of E sketches ([E, D, K] knots, each (episode, dimension) row sorted)."""
 
@@ -119,10 +105,17 @@ class _Merge:
         self.rows = self.knots.reshape(self.e * self.d, self.k)
         self.counts = sketches.counts.astype(np.int64)
         self.total = int(self.counts.sum())
-        cum = cumulative_masses(self.counts, sketches.grid)  # [E, K + 1]
-        self.cum = cum.ravel()
-        self.mass = np.diff(cum, axis=1).view(np.uint64).ravel()  # [E * K]: steps per knot (>= 0)
+        self.grid = sketches.grid
+        self.cum = self.mass = np.empty(0, np.uint64)  # `masses` fills them
         self._edges: dict[int, np.ndarray] = {}
+
+    def masses(self) -> None:
+        """The steps the knots stand for: `cum` [E * (K + 1)] int64, each episode's cumulative
+        masses (`cumulative_masses`), and `mass` [E * K] uint64, each knot's; then the edges."""
+        cum = cumulative_masses(self.counts, self.grid)  # [E, K + 1]
+        self.cum = cum.ravel()
+        self.mass = np.diff(cum, axis=1).view(np.uint64).ravel()  # steps per knot (>= 0)
+        self.edge(False)  # the edges, made once before the tails share them
 
     def edge(self, from_top: bool, j: int = 0) -> np.ndarray:
         """[D, E]: knot j from the tail side of every episode (j = 0: its min, or its max)."""
@@ -149,9 +142,10 @@ class _Merge:
         kk = rng.integers(0, self.k, size=size)
         ee = rng.integers(0, self.e, size=size)
         s = np.ascontiguousarray(self.knots[ee, :, kk].T)  # [D, s]
-        m = self.mass.take(ee * self.k + kk).astype(np.float64)
+        # the sample's masses from its own episodes' (`masses` may still be running)
+        m = knot_masses(self.counts.take(ee), kk, self.grid).astype(np.float64)
         # sorted as 64-bit keys (value order bits, then the sample's index): no argsort
-        keys = _order_bits(s, 32)
+        keys = order_bits(s, 32)
         keys |= np.arange(size, dtype=np.uint64)
         keys.sort(axis=1)
         order = (keys & _LOW32).astype(np.intp)
@@ -178,13 +172,28 @@ class _Merge:
         """[Q, D] for 0 < q < 1 (see `merge_quantiles`)."""
         up = q > 0.5
         goal = np.ceil(np.where(up, (1.0 - q) * self.total, q * self.total)).astype(np.int64)
+        pool = ThreadPoolExecutor(2) if _THREADS else None
+        try:
+            return self._quantiles(q, up, goal, pool)
+        finally:
+            if pool is not None:
+                pool.shutdown()
+
+    def _quantiles(
+        self, q: np.ndarray, up: np.ndarray, goal: np.ndarray, pool: ThreadPoolExecutor | None
+    ) -> np.ndarray:
+        # the knots' masses and the edges on one core while the model is made on the other
+        masses = pool.submit(self.masses) if pool is not None else None
+        if masses is None:
+            self.masses()
         lo, hi = self.model(q)
         # the tail-side end is open: (lo, hi] on a low tail, [lo, hi) on a high one; the model's
         # value there is moved one float out so that it belongs to the bracket
         lo = np.where(up[:, None], lo, np.nextafter(lo, _F32(-np.inf)))
         hi = np.where(up[:, None], np.nextafter(hi, _F32(np.inf)), hi)
         answer = np.full(lo.shape, np.nan)
-        self.edge(False)  # the edges, made once before the tails share them
+        if masses is not None:
+            masses.result()
 
         def tail(from_top: bool) -> None:  # one tail's quantiles, into `answer`
             qi, di = np.nonzero(np.broadcast_to(up[:, None] == from_top, lo.shape))
@@ -201,9 +210,8 @@ class _Merge:
             answer[qi, di] = found
 
         tails = [top for top in (False, True) if (up == top).any()]
-        if _THREADS and len(tails) == 2:  # the two tails on two cores (numpy releases the GIL)
-            with ThreadPoolExecutor(2) as pool:
-                list(pool.map(tail, tails))
+        if pool is not None and len(tails) == 2:  # the two tails on two cores (numpy releases the GIL)
+            list(pool.map(tail, tails))
         else:
             for top in tails:
                 tail(top)
@@ -290,14 +298,14 @@ class _Merge:
         walk = unsolved & ~short
         if walk.any():
             # the knots inside a bracket: on the tail side of its inner end, not of the other
-            keys, bounds = self.candidates(r, gg, ee, a ^ b, walk, from_top, skip=full_b)
-            keys2, bounds2 = np.empty(0, np.uint64), np.zeros(groups + 1, np.int64)
+            w, m, g = self.candidates(r, gg, ee, a ^ b, walk, from_top, skip=full_b)
             if b_full is not None and r_full is not None:
                 a_full = self.passing(r_full, near[gg[full_b], None], from_top)
-                keys2, bounds2 = self.candidates(
-                    r_full, gg[full_b], ee[full_b], a_full ^ b_full, walk, from_top
-                )
-            found = self.walk(keys, bounds, keys2, bounds2, start, goal)
+                w2, m2, g2 = self.candidates(r_full, gg[full_b], ee[full_b], a_full ^ b_full, walk, from_top)
+                w, m, g = np.concatenate((w, w2)), np.concatenate((m, m2)), np.concatenate((g, g2))
+            # walked ascending: near < w <= far on a low tail, and negated on a high one
+            low, high = (-near, -far) if from_top else (near, far)
+            found = walk_brackets(w, m, g, low.astype(np.float64), high.astype(np.float64), start, goal)
             answer[walk] = (-found if from_top else found)[walk]
         new_lo, new_hi = (new_far, new_near) if from_top else (new_near, new_far)
         return answer, new_lo, new_hi
@@ -322,19 +330,15 @@ class _Merge:
         walk: np.ndarray,
         from_top: bool,
         skip: np.ndarray | None = None,
-    ) -> tuple[np.ndarray, np.ndarray]:
-        """Sort keys (order bits of the value walked ascending — negated on a high tail — then
-        the knot's mass) of the knots marked `inside` [A, J] (J knots from the tail side of each
-        row of r) in groups to walk, rows in `skip` left out, and where each group's keys start
-        ([groups + 1]: rows, hence keys, are group-major)."""
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The knots marked `inside` [A, J] (J knots from the tail side of each row of r) in
+        groups to walk, rows in `skip` left out: their values walked ascending (negated on a
+        high tail), masses and groups (`walk_brackets`' w, mass, group)."""
         inside &= walk[gg, None]
         if skip is not None and len(skip):
             inside[skip] = False
-        per_group = np.bincount(gg, weights=np.count_nonzero(inside, axis=1), minlength=len(walk))
-        bounds = np.zeros(len(walk) + 1, np.int64)
-        np.cumsum(per_group.astype(np.int64), out=bounds[1:])
         at = np.flatnonzero(inside)
-        rows, kk = np.divmod(at, inside.shape[1])
+        rows, kk = np.divmod(at, inside.shape[1])  # (np.nonzero of the 2-D mask costs ~2x more)
         if from_top:  # knot j from the top is knot K - 1 - j
             np.subtract(self.k - 1, kk, out=kk)
         at = rows * self.k  # flat index in r, then in the masses: 1-D takes
@@ -342,31 +346,6 @@ class _Merge:
         w = r.reshape(-1).take(at)
         if from_top:  # descending values are ascending negated ones (exact)
             np.negative(w, out=w)
-        keys = _order_bits(w, 32)
         np.multiply(ee.take(rows), self.k, out=at)
         at += kk
-        keys |= self.mass.take(at)
-        return keys, bounds
-
-    @staticmethod
-    def walk(
-        keys: np.ndarray,
-        bounds: np.ndarray,
-        keys2: np.ndarray,
-        bounds2: np.ndarray,
-        start: np.ndarray,
-        goal: np.ndarray,
-    ) -> np.ndarray:
-        """Per group g: its candidates' keys (from both sets: keys[bounds[g] : bounds[g + 1]]
-        and the same of keys2) sorted and walked from mass start[g]; the answer is the value of
-        the first at which the mass reaches goal[g] (NaN without candidates)."""
-        answer = np.full(len(start), np.nan)
-        for group in np.flatnonzero(np.diff(bounds) + np.diff(bounds2)):
-            seg = keys[bounds[group] : bounds[group + 1]]
-            if bounds2[group + 1] > bounds2[group]:
-                seg = np.concatenate((seg, keys2[bounds2[group] : bounds2[group + 1]]))
-            seg = np.sort(seg)
-            walked = start[group] + np.cumsum(seg & _LOW32, dtype=np.int64)
-            i = min(int(np.searchsorted(walked, goal[group], side="left")), len(seg) - 1)
-            answer[group] = _from_order_bits(int(seg[i] >> np.uint64(32)))
-        return answer
+        return w, self.mass.take(at), gg.take(rows)
