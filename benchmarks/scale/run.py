@@ -63,15 +63,29 @@ def ingest_figure(path: Path | None) -> dict[str, Any]:
         }
     data = json.loads(path.read_text())
     rates = {str(k): float(v) for k, v in (data.get("episodes_per_s") or {}).items()}
+    cpu_busy: dict[str, float] = {}
+    freshness_p95: dict[str, float] = {}
     for run in data.get("runs") or []:
         burst = run.get("burst") or {}
         if "parallelism" in run and burst.get("episodes_per_s") is not None:
             rates[str(run["parallelism"])] = float(burst["episodes_per_s"])
+        if "parallelism" in run and burst.get("machine_cpu_busy") is not None:
+            cpu_busy[str(run["parallelism"])] = float(burst["machine_cpu_busy"])
+        if "parallelism" in run and run.get("freshness_p95_s") is not None:
+            freshness_p95[str(run["parallelism"])] = float(run["freshness_p95_s"])
     speedup = data.get("speedup_p2_over_p1")
     if speedup is None and rates.get("1") and "2" in rates:
         speedup = round(rates["2"] / rates["1"], 2)
     why = None if speedup is not None else f"{path} holds no episodes/s at parallelism 1 and 2"
-    return {"parallelism_2_vs_1": speedup, "source": str(path), "episodes_per_s": rates or None, "why": why}
+    return {
+        "parallelism_2_vs_1": speedup,
+        "source": str(path),
+        "episodes_per_s": rates or None,
+        # the whole machine's CPU during each burst: how much room a second subtask had
+        "machine_cpu_busy": cpu_busy or None,
+        "freshness_p95_s": freshness_p95 or None,
+        "why": why,
+    }
 
 
 def probe(
@@ -267,6 +281,12 @@ def main() -> int:
     )
     parser.add_argument("--ingest-json", type=Path, default=None)
     parser.add_argument(
+        "--throughput-from",
+        type=Path,
+        default=None,
+        help="measure no throughput legs: take them from this earlier scale.json (marked taken_from)",
+    )
+    parser.add_argument(
         "--add-ingest",
         type=Path,
         default=None,
@@ -317,7 +337,18 @@ def main() -> int:
     results["sizes"] = grow_and_measure(args, sizes, env)
     elapsed = {"sizes_s": round(time.monotonic() - t0, 1)}
     t = time.monotonic()
-    results["throughput"] = None if args.skip_throughput else throughput(args, env)
+    if args.throughput_from is not None:
+        # The throughput legs of an earlier run, labelled so (when only the lake's sizes changed).
+        earlier = json.loads(args.throughput_from.read_text())
+        results["throughput"] = earlier.get("throughput")
+        if results["throughput"] is not None:
+            results["throughput"]["taken_from"] = {
+                "path": str(args.throughput_from),
+                "machine": earlier.get("machine"),
+                "elapsed": earlier.get("elapsed"),
+            }
+    else:
+        results["throughput"] = None if args.skip_throughput else throughput(args, env)
     elapsed["throughput_s"] = round(time.monotonic() - t, 1)
     results["ingest"] = ingest_figure(args.ingest_json)
     results["config"] = {
