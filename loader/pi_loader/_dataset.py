@@ -5,7 +5,7 @@ snapshot into the committed episodes rows and records the Delta version of every
 (`dataset.snapshot`), so the same selection reads the same data later (decision 6); samples
 are numbered from the rows' step counts (`_sample_index`), and the rows' locators say where each
 episode's steps and video are (`_locators`). Opening reads nothing else. `_gather` cuts samples
-and batches out of one episode's steps (`_steps`: one row group, cached) and the frames (`_video`:
+and batches out of the steps they need (`_steps`: by row group of G steps, cached) and the frames (`_video`:
 one row group per chunk, cached) whoever builds the batch reads on demand; every cache is bounded
 by configuration, so a process holds what its settings allow, whatever the size of the lake.
 """
@@ -79,8 +79,9 @@ class Dataset:
         storage_options: deltalake/object-store options for an s3:// lake.
         cache: a pi_loader.CacheConfig: local disk cache for remote lake files.
         chunk_cache_size: decoded video chunks kept per process (bounds memory).
-        episode_cache_size: episodes whose per-step arrays (proprio, actions, frame indices)
-            are kept per process.
+        episode_cache_size: episodes' worth of per-step arrays (proprio, actions, frame
+            indices) kept per process: up to 4x this many steps row groups (a sample's window
+            of steps covers one or two).
         steps_cache_bytes: bytes of per-step arrays kept per process (with episode_cache_size).
         footer_cache_bytes: memory of parsed Parquet footers kept per process (a video file's
             footer grows with its chunks: ~1 MB parsed per 100 chunks).
@@ -468,7 +469,8 @@ class Dataset:
     @property
     def read_stats(self) -> dict[str, int]:
         """What this process has read to build samples so far (counters since it was made or
-        unpickled): "steps_reads" (steps row groups: one per episode missed in the steps cache),
+        unpickled): "steps_reads" (steps row groups missed in the steps cache: a sample's window
+        of steps covers one or two, all of an episode's steps in lakes written before 2026-11-24),
         "video_reads" (video row groups: one per chunk missed in the chunk cache), "chunk_decodes",
         "footer_reads" (Parquet footers parsed), "bytes_read" (footer bytes plus the compressed
         column chunks read), "steps_indexed_reads" (steps_reads made footer-free, through the steps
@@ -495,7 +497,7 @@ class Dataset:
     video_stats = read_stats
 
     def episode(self, episode_id: str) -> EpisodeData:
-        """The per-step arrays of one selected episode, read on demand (one steps row group).
+        """The per-step arrays of one selected episode, read on demand (its steps row groups).
 
         Example:
             >>> ds.episode("r1-000001").action.shape   # (T, A)

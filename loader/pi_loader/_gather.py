@@ -1,7 +1,8 @@
 """Gather: cut samples and batches out of the selected episodes' steps and decoded video.
 
 Last step of reading a `Dataset`: given flat sample numbers (see `_sample_index`), it reads the
-steps of each episode the batch touches once (`_steps`, cached per process), takes proprio and
+window of steps each episode the batch touches needs once (`_steps`, cached per process by row
+group), takes proprio and
 the action chunk out of them, writes every frame once into its place in the batch (cropped,
 resized), and normalizes with the selection's pooled statistics.
 """
@@ -83,21 +84,34 @@ class SampleGather:
         """The batch of flat samples `flat` (int64, in range), as `Dataset.samples` returns it."""
         episodes, steps = self._index.locate_many(flat)
         spec = self._spec
-        # Each episode's steps once per batch, held here for the whole batch, so a steps cache
-        # smaller than the batch's episodes never reads an episode twice.
-        touched = {int(e): self._steps.episode(int(e)) for e in np.unique(episodes)}
+        k, stride = (spec.frame_history, spec.frame_stride) if self._cameras else (0, 1)
+        lengths = self._index.lengths[episodes]
         groups = _groups(episodes)
+        # Each episode's steps once per batch: the row groups holding its samples' steps, action
+        # chunks and frame histories, held here for the whole batch, so a steps cache smaller
+        # than the batch's episodes never reads a row group twice.
+        touched: dict[int, EpisodeSteps] = {}
+        ahead = max(spec.action_horizon - 1, 0)
+        for e, rows in groups:
+            last = int(lengths[rows[0]]) - 1
+            if len(rows) == 1:  # the common case under a global shuffle, in ints
+                step = int(steps[rows[0]])
+                touched[e] = self._steps.read(e, [(max(step - stride * k, 0), min(step + ahead, last))])
+            else:
+                at = steps[rows]
+                spans = np.stack((np.maximum(at - stride * k, 0), np.minimum(at + ahead, last)), axis=1)
+                touched[e] = self._steps.read(e, spans)
         batch: dict[str, np.ndarray] = {
             "episode_id": np.array([self._episode_ids[e] for e in episodes], dtype=np.str_),
             "step": steps.astype(np.int32),  # int32: what JAX keeps without x64
         }
         if self._cameras:
-            k, stride = spec.frame_history, spec.frame_stride
             wanted_steps = steps[:, None] - stride * np.arange(k, -1, -1)[None, :]  # [B, k+1]
             frames = np.empty((len(flat), k + 1, len(self._cameras)), np.int64)  # [B, k+1, C]
             for e, rows in groups:
                 columns = self._locators.camera_column[e]
-                frames[rows] = touched[e].frame_index[np.maximum(wanted_steps[rows], 0)][:, :, columns]
+                held = touched[e]
+                frames[rows] = held.frame_index[held.rows(np.maximum(wanted_steps[rows], 0))][:, :, columns]
             batch.update(self._images(episodes, frames, k > 0, allocate))
             if k:
                 batch[HISTORY_PAD_KEY] = wanted_steps < 0
@@ -106,14 +120,13 @@ class SampleGather:
         state = np.empty((len(flat), first.proprio.shape[1]), np.float32)
         action = np.empty((len(flat), spec.action_horizon, first.action.shape[1]), np.float32)
         for e, rows in groups:
-            arrays = _same_widths(touched[e], first, self._episode_ids[e])
-            state[rows] = arrays.proprio[steps[rows]]
-            last = arrays.action.shape[0] - 1
-            action[rows] = arrays.action[np.minimum(steps[rows, None] + horizon[None, :], last)]
+            held = _same_widths(touched[e], first, self._episode_ids[e])
+            state[rows] = held.proprio[held.rows(steps[rows])]
+            last = int(lengths[rows[0]]) - 1  # past the episode's end: its last action (padded)
+            action[rows] = held.action[held.rows(np.minimum(steps[rows, None] + horizon[None, :], last))]
         batch["observation.state"] = self._normalized("observation.state", state)
         batch["action"] = self._normalized("action", action)
-        lengths = self._index.lengths[episodes][:, None]
-        batch["action_is_pad"] = steps[:, None] + horizon[None, :] >= lengths
+        batch["action_is_pad"] = steps[:, None] + horizon[None, :] >= lengths[:, None]
         return batch
 
     def _images(

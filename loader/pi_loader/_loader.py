@@ -37,7 +37,7 @@ class LoaderStats:
     `bytes_read_per_sample` is the I/O figure, summed over the main process and every worker:
     Parquet footer bytes plus the compressed column chunks of the steps and video row groups
     read (`Dataset.read_stats`); `video_reads` counts video row groups (one chunk each) and
-    `steps_reads` steps row groups (one episode each), `steps_indexed_reads` of them read
+    `steps_reads` steps row groups (part of an episode each), `steps_indexed_reads` of them read
     without a footer through the host's steps index. `steps_index_builds` and
     `chunk_index_builds` count the files these processes indexed for this host (once per host
     per file: 0 on a host whose indexes exist).

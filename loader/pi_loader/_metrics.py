@@ -85,7 +85,7 @@ class _LoaderCollector(Collector):
             "pilake_loader_video_reads", "Video chunks read (chunk-cache misses).", value=video_reads
         )
         yield CounterMetricFamily(
-            "pilake_loader_steps_reads", "Episodes' steps read (steps-cache misses).", value=steps_reads
+            "pilake_loader_steps_reads", "Steps row groups read (steps-cache misses).", value=steps_reads
         )
         now = time.monotonic()
         with self._lock:

@@ -1,19 +1,22 @@
-"""Per-step arrays of one episode, read on demand from its steps row group and cached per process.
+"""Per-step arrays of episodes, read on demand by steps row group and cached per process.
 
 A sample needs its episode's proprio at one step, the actions of the next `action_horizon` steps
-and the camera frame shown at a few steps: all in the one row group the episode's locator names
-(`_locators`). Whoever gathers the sample (the main process or a worker) reads that row group
-the first time the episode is touched and keeps the parsed arrays in an LRU bounded by a count of
-episodes and by bytes, so a process holds what its cache settings allow, whatever the lake's size.
+and the camera frame shown at a few steps before: a window of steps, held by one or two of the
+row groups the episode's steps are written in (G steps each, G the row count of the first one,
+which the episode's locator names; SPEC.md §7.8). Whoever gathers the sample (the main process
+or a worker) reads the row groups of the window the first time they are touched and keeps the
+parsed arrays in an LRU bounded by a count and by bytes, so a process holds what its cache
+settings allow, whatever the lake's size, and a sample of a long episode reads its window, not
+the episode.
 
-A miss reads the row group without its file's footer when the file has a steps index
-(`_steps_index`: built once per host, mapped by every process): one ranged read of the episode's
-proprio, action and camera_frame_index column chunks, decoded page by page
-(`_parquet_pages`), with the identity, row count and step_index checks taken from the index
-(read from the file itself when it was indexed). A file without one (not laid out as the writer
-does, or no index configured), or a row group the index does not vouch for, is read through
-pyarrow as before: its footer (parsed once per process, LRU-cached) and the one row group.
-Both paths give bit-identical arrays.
+A miss reads its row groups without the file's footer when the file has a steps index
+(`_steps_index`: built once per host, mapped by every process): one ranged read of the groups'
+proprio, action and camera_frame_index column chunks, decoded page by page (`_parquet_pages`),
+with the identity, row count and step_index checks taken from the index (read from the file
+itself when it was indexed). A file without one (not laid out as the writer does, or no index
+configured), or a row group the index does not vouch for, is read through pyarrow as before: its
+footer (parsed once per process, LRU-cached) and the row group. Both paths give bit-identical
+arrays.
 """
 
 from __future__ import annotations
@@ -40,16 +43,63 @@ from pi_loader._steps_index import StepsIndex, list_field, steps_key
 # Bytes between two column chunks read in one ranged read rather than two (pyarrow writes a
 # copy of each chunk's ColumnMetaData, ~50 bytes, right after it).
 _COALESCE_GAP = 4096
+# Row groups cached per episode of the cache's episode bound (a sample's window covers 1-2).
+_GROUPS_PER_EPISODE = 4
 STEPS_COLUMNS = ("episode_id", "attempt_id", "step_index", "proprio", "action", "camera_frame_index")
 
 
 @dataclass(frozen=True, slots=True)
 class EpisodeSteps:
-    """The per-step arrays of one episode attempt, in step order."""
+    """Per-step arrays of some or all steps of one episode attempt: the row groups (of
+    `group_size` steps each, the episode's last one shorter) a read covered, in step order, from
+    step `first_step` on. `rows(steps)` gives where steps are in the arrays.
 
-    proprio: np.ndarray  # float32 [T, D]
-    action: np.ndarray  # float32 [T, A]
-    frame_index: np.ndarray  # int32 [T, cameras of the episode, in its own order]
+    Example:
+        >>> steps = reader.read(0, [(40, 89)])        # row groups 0 and 1 of 64 steps
+        >>> steps.proprio[steps.rows(np.array([40, 89]))].shape
+        (2, 7)
+    """
+
+    proprio: np.ndarray  # float32 [rows, D]
+    action: np.ndarray  # float32 [rows, A]
+    frame_index: np.ndarray  # int32 [rows, cameras of the episode, in its own order]
+    first_step: int
+    group_size: int
+    # None: the row groups are consecutive; else per row group of the episode its first row
+    # here, -1 where not held
+    group_row: np.ndarray | None = None
+
+    @property
+    def nbytes(self) -> int:
+        return int(self.proprio.nbytes + self.action.nbytes + self.frame_index.nbytes)
+
+    def rows(self, steps: np.ndarray) -> np.ndarray:
+        """Rows of the arrays holding `steps` (any shape, non-empty).
+
+        Raises:
+            ValueError: a step is in a row group this read did not cover.
+        """
+        if self.group_row is None:
+            at = steps - self.first_step
+            if (at.astype(np.uint64, copy=False) >= len(self.proprio)).any():  # negatives wrap
+                raise ValueError(f"steps {steps} are in row groups this read did not cover")
+            return at
+        groups = steps // self.group_size
+        if groups.min() < 0 or groups.max() >= len(self.group_row):
+            raise ValueError(f"steps {steps} are outside the episode's {len(self.group_row)} row groups")
+        first = self.group_row[groups]
+        if (first < 0).any():
+            raise ValueError(f"steps {steps[first < 0]} are in row groups this read did not cover")
+        return first + steps % self.group_size
+
+
+@dataclass(frozen=True, slots=True)
+class _Group:
+    """The parsed arrays of one steps row group (what the cache holds)."""
+
+    proprio: np.ndarray
+    action: np.ndarray
+    frame_index: np.ndarray
 
     @property
     def nbytes(self) -> int:
@@ -57,20 +107,26 @@ class EpisodeSteps:
 
 
 class StepsReader:
-    """Reads and caches episodes' steps; thread-safe and picklable (the cache is per process).
+    """Reads and caches episodes' steps by row group; thread-safe and picklable (the cache is
+    per process).
+
+    An episode's steps are in row groups of G steps each (SPEC.md §7.8; G is the row count of
+    its first row group, the one its locator names: one row group of all its steps in lakes
+    written before), so a window of steps costs the row groups it covers, not the episode.
 
     Args:
         reader: reads one row group of a lake file.
         locators: where each episode's steps rows are.
         episode_ids, attempt_ids, lengths, camera_counts: per episode, in index order.
         version: the pinned steps-table version (named in errors about vacuumed files).
-        max_episodes, max_bytes: bounds of the cache of parsed episodes.
+        max_episodes, max_bytes: bounds of the cache of parsed row groups (at most
+            `_GROUPS_PER_EPISODE` x max_episodes of them, and max_bytes).
         steps_index: the host's steps-file indexes (footer-free reads); None: always pyarrow.
 
     Example:
-        >>> steps = reader.episode(0)   # one row group read on a miss, none on a hit
-        >>> steps.proprio.shape
-        (120, 7)
+        >>> steps = reader.read(0, [(40, 89)])   # the row groups holding steps 40..89
+        >>> steps.group_size, steps.proprio.shape
+        (64, (128, 7))
     """
 
     def __init__(
@@ -101,7 +157,10 @@ class StepsReader:
 
     def _reset(self) -> None:
         self._lock = threading.Lock()
-        self._cache: WeightedLRU[int, EpisodeSteps] = WeightedLRU(self._max_bytes, self._max_episodes)
+        groups = self._max_episodes * _GROUPS_PER_EPISODE
+        # (episode, group of the episode) -> its parsed steps; episode -> its group size G
+        self._cache: WeightedLRU[tuple[int, int], _Group] = WeightedLRU(self._max_bytes, groups)
+        self._group_sizes: WeightedLRU[int, int] = WeightedLRU(groups)
         self.steps_reads = 0  # steps row groups read in this process (either path)
         self.indexed_reads = 0  # of which footer-free, through the steps index
 
@@ -119,40 +178,112 @@ class StepsReader:
         return self._steps_index
 
     def episode(self, e: int) -> EpisodeSteps:
-        """The steps of episode number `e` (cached; one row group read on a miss).
+        """All steps of episode number `e` (see `read`)."""
+        return self.read(e, [(0, int(self._lengths[e]) - 1)])
+
+    def read(self, e: int, spans: np.ndarray | Sequence[tuple[int, int]]) -> EpisodeSteps:
+        """The row groups of episode number `e` that hold the steps of `spans` ((first, last)
+        steps, inclusive; [N, 2]), cached per row group; those not cached are read with one ranged
+        read.
 
         Raises:
             SnapshotDataMissingError: the steps file is gone.
-            PiLoaderError: the row group does not hold exactly this episode's steps 0..T-1.
+            PiLoaderError: a span is outside the episode, or a row group does not hold exactly
+                the steps of this attempt it should.
         """
+        length = int(self._lengths[e])
+        one_span = isinstance(spans, list) and len(spans) == 1
+        bounds = np.empty((0, 2), np.int64) if one_span else np.asarray(spans, np.int64).reshape(-1, 2)
+        if one_span or len(bounds) == 1:  # the common case (one sample of the episode), in ints
+            first, last = (int(x) for x in (spans[0] if one_span else bounds[0]))
+            valid = 0 <= first <= last < length
+        else:
+            first, last = (int(bounds[:, 0].min()), int(bounds[:, 1].max())) if len(bounds) else (0, -1)
+            inverted = bool((bounds[:, 0] > bounds[:, 1]).any())
+            valid = len(bounds) > 0 and first >= 0 and last < length and not inverted
+        if not valid:
+            raise PiLoaderError(
+                f"steps {np.asarray(spans).tolist()} of episode {self._episode_ids[e]} (attempt "
+                f"{self._attempt_ids[e]}) are not spans of its {length} steps (step_count of its "
+                "episodes row)"
+            )
+        size = self._group_size(e)
+        count = -(-length // size)
+        if len(bounds) <= 1 or first // size == last // size:
+            groups = list(range(first // size, last // size + 1))
+        else:  # the row groups some span touches: +1 where a span's first is, -1 after its last
+            marks = np.zeros(count + 1, np.int64)
+            np.add.at(marks, bounds[:, 0] // size, 1)
+            np.add.at(marks, bounds[:, 1] // size + 1, -1)
+            groups = np.flatnonzero(np.cumsum(marks[:-1]) > 0).tolist()
         with self._lock:
-            cached = self._cache.get(e)
-        if cached is not None:
-            return cached
+            cached = {g: self._cache.get((e, g)) for g in groups}
+        have = {g: group for g, group in cached.items() if group is not None}
+        if len(have) < len(groups):
+            read, indexed = self._read_groups(e, size, [g for g in groups if g not in have])
+            with self._lock:
+                self.steps_reads += len(read)
+                self.indexed_reads += indexed
+                for g, group in read.items():
+                    self._cache.put((e, g), group, weight=group.nbytes)
+            have.update(read)
+        parts = [have[g] for g in groups]
+        group_row = None
+        if groups[-1] - groups[0] != len(groups) - 1:  # not consecutive: where each group starts
+            group_row = np.full(count, -1, np.int64)
+            row = 0
+            for g, part in zip(groups, parts, strict=True):
+                group_row[g] = row
+                row += len(part.proprio)
+        one = len(parts) == 1
+        return EpisodeSteps(
+            proprio=parts[0].proprio if one else np.concatenate([p.proprio for p in parts]),
+            action=parts[0].action if one else np.concatenate([p.action for p in parts]),
+            frame_index=parts[0].frame_index if one else np.concatenate([p.frame_index for p in parts]),
+            first_step=groups[0] * size,
+            group_size=size,
+            group_row=group_row,
+        )
+
+    def _group_size(self, e: int) -> int:
+        """G of episode `e`: the row count of its first row group (the index's, when it vouches
+        for that row group; else the footer's)."""
+        with self._lock:
+            size = self._group_sizes.get(e)
+        if size is not None:
+            return size
         loc = self._locators
         uri = loc.steps_files[loc.steps_file[e]]
-        steps = self._indexed(e, uri)
-        indexed = steps is not None
-        if steps is None:
-            rows = self._reader.read(
-                uri, int(loc.steps_row_group[e]), STEPS_COLUMNS, table="steps", version=self._version
-            )
-            steps = self._parse(e, uri, rows)
+        first = int(loc.steps_row_group[e])
+        entry = self._index_entry(e, uri, first)
+        if entry is not None and int(entry[index.START]) == 0:
+            size = int(entry[index.ROWS])
+        else:
+            path = self._reader.local_path(uri, table="steps", version=self._version)
+            try:
+                metadata = self._reader.footer(uri, path, keep=True)
+            except FileNotFoundError as err:
+                raise self._missing(uri, err) from err
+            if not 0 <= first < metadata.num_row_groups:
+                raise PiLoaderError(
+                    f"steps file {uri} has {metadata.num_row_groups} row groups, the locator of episode "
+                    f"{self._episode_ids[e]} names row group {first}: the episodes row does not fit the "
+                    "file (was the file rewritten without updating the locators?)"
+                )
+            size = int(metadata.row_group(first).num_rows)
+            if size < 1:
+                raise PiLoaderError(
+                    f"steps file {uri}, row group {first} (the first of episode {self._episode_ids[e]}) "
+                    "is empty; the locator does not fit the file"
+                )
         with self._lock:
-            self.steps_reads += 1
-            self.indexed_reads += indexed
-            self._cache.put(e, steps, weight=steps.nbytes)
-        return steps
+            self._group_sizes.put(e, size)
+        return size
 
-    def _indexed(self, e: int, uri: str) -> EpisodeSteps | None:
-        """Episode `e`'s steps read through its file's steps index (see the module docstring), or
-        None: no index, or a row group the index does not vouch for (the row-group path then
-        reads it, and says what is wrong with it).
-
-        Raises:
-            PiLoaderError: a column chunk does not parse as the index says (the file changed
-                since it was indexed, or is corrupt).
-        """
+    def _index_entry(self, e: int, uri: str, group: int) -> np.ndarray | None:
+        """The steps index's row of row group `group` of `uri` when the index vouches for it as
+        a part of episode `e` (EXACT, this attempt's key, uniform list widths, the episode's
+        camera count); None otherwise (no index, or not such a row group)."""
         if self._steps_index is None:
             return None
         path = self._reader.local_path(uri, table="steps", version=self._version)
@@ -160,33 +291,95 @@ class StepsReader:
             entries = self._steps_index.entries(self._reader, uri, path)
         except FileNotFoundError as err:  # a local lake's file: local_path does not open it
             raise self._missing(uri, err) from err
-        group = int(self._locators.steps_row_group[e])
         if not 0 <= group < entries.shape[0]:
-            return None  # no index, or a locator that does not fit the file
-        entry = entries[group]
-        length = int(self._lengths[e])
+            return None
+        entry = np.asarray(entries[group])
         widths = [int(entry[list_field(c, index.WIDTH)]) for c in range(len(index.LIST_COLUMNS))]
         if (
             int(entry[index.EXACT]) != 1
             or int(entry[index.KEY]) != steps_key(self._episode_ids[e], self._attempt_ids[e])
-            or int(entry[index.ROWS]) != length
             or min(widths) < 1
             or widths[-1] != int(self._camera_counts[e])
         ):
             return None
+        return entry
+
+    def _read_groups(self, e: int, size: int, groups: list[int]) -> tuple[dict[int, _Group], int]:
+        """Groups `groups` (of the episode's, 0-based) of episode `e`, and how many of them were
+        read footer-free: those the index vouches for with one ranged read, the rest through
+        pyarrow one row group each (which says what is wrong with them)."""
+        loc = self._locators
+        uri = loc.steps_files[loc.steps_file[e]]
+        first, length = int(loc.steps_row_group[e]), int(self._lengths[e])
+        out: dict[int, _Group] = {}
+        indexed = self._indexed(e, uri, size, groups)
+        for g in groups:
+            steps = indexed.get(g)
+            if steps is None:
+                start = g * size
+                rows = self._reader.read(
+                    uri, first + g, STEPS_COLUMNS, table="steps", version=self._version
+                )
+                steps = self._parse(e, uri, first + g, start, min(size, length - start), rows)
+            out[g] = steps
+        return out, len(indexed)
+
+    def _indexed(self, e: int, uri: str, size: int, groups: list[int]) -> dict[int, _Group]:
+        """The groups of `groups` the file's steps index vouches for (see the module docstring),
+        read with one ranged read and decoded; the others are left to the row-group path.
+
+        Raises:
+            PiLoaderError: a column chunk does not parse as the index says (the file changed
+                since it was indexed, or is corrupt).
+        """
+        if self._steps_index is None:
+            return {}
+        first, length = int(self._locators.steps_row_group[e]), int(self._lengths[e])
+        entries: dict[int, np.ndarray] = {}
+        for g in groups:
+            entry = self._index_entry(e, uri, first + g)
+            start = g * size
+            if (
+                entry is not None
+                and int(entry[index.START]) == start
+                and int(entry[index.ROWS]) == min(size, length - start)
+            ):
+                entries[g] = entry
+        if not entries:
+            return {}
+        path = self._reader.local_path(uri, table="steps", version=self._version)
+        columns = len(index.LIST_COLUMNS)
         spans = [
             (int(entry[list_field(c, index.OFFSET)]), int(entry[list_field(c, index.SIZE)]))
-            for c in range(len(index.LIST_COLUMNS))
+            for entry in entries.values()
+            for c in range(columns)
         ]
-        chunks = self._read_spans(uri, path, group, spans)
+        chunks = self._read_spans(uri, path, first + min(entries), spans)
+        out: dict[int, _Group] = {}
+        for i, (g, entry) in enumerate(entries.items()):
+            arrays = self._decode(uri, first + g, entry, chunks[i * columns : (i + 1) * columns])
+            if arrays is not None:
+                proprio, action, frame_index = arrays
+                out[g] = _Group(
+                    proprio=proprio.astype(np.float32, copy=False),
+                    action=action.astype(np.float32, copy=False),
+                    frame_index=frame_index.astype(np.int32, copy=False),
+                )
+        return out
+
+    @staticmethod
+    def _decode(uri: str, group: int, entry: np.ndarray, chunks: list[memoryview]) -> list[np.ndarray] | None:
+        """The three list columns of one row group from their column chunks, or None when a
+        page holds what the fast path does not decode (the row-group path then reads it)."""
+        rows = int(entry[index.ROWS])
         arrays = []
         for c, ((name, physical), raw) in enumerate(zip(index.LIST_COLUMNS, chunks, strict=True)):
             try:
                 array = decode_list_chunk(
                     raw,
                     codec=int(entry[list_field(c, index.CODEC)]),
-                    rows=length,
-                    width=widths[c],
+                    rows=rows,
+                    width=int(entry[list_field(c, index.WIDTH)]),
                     max_definition=int(entry[list_field(c, index.MAX_DEF)]),
                     dtype=np.dtype("<f4" if physical == "FLOAT" else "<i4"),
                 )
@@ -199,19 +392,14 @@ class StepsReader:
             if array is None:
                 return None
             arrays.append(array)
-        proprio, action, frame_index = arrays
-        return EpisodeSteps(
-            proprio=proprio.astype(np.float32, copy=False),
-            action=action.astype(np.float32, copy=False),
-            frame_index=frame_index.astype(np.int32, copy=False),
-        )
+        return arrays
 
     def _read_spans(self, uri: str, path: str, group: int, spans: list[tuple[int, int]]) -> list[memoryview]:
         """The column chunks at `spans` ((offset, size) each): one ranged read when they follow
         each other in the file (as the writer lays them out: consecutive columns, apart only by
-        the ~50-byte copy of each chunk's metadata pyarrow writes after it, read and counted
-        too), else one read each."""
-        what = f"steps row group {group}"
+        the ~50-byte copy of each chunk's metadata pyarrow writes after it and, between row
+        groups, the small identity columns, all read and counted too), else one read each."""
+        what = f"steps row group {group}" + (f" and {len(spans) // 3 - 1} after it" if len(spans) > 3 else "")
         try:
             ordered = sorted(spans)
             if all(0 <= b - (a + n) <= _COALESCE_GAP for (a, n), (b, _) in itertools.pairwise(ordered)):
@@ -226,26 +414,30 @@ class StepsReader:
     def _missing(self, uri: str, err: FileNotFoundError) -> SnapshotDataMissingError:
         return SnapshotDataMissingError(missing_files_message("steps", self._version, uri, err))
 
-    def _parse(self, e: int, uri: str, rows: pa.Table) -> EpisodeSteps:
-        eid, attempt, length = self._episode_ids[e], self._attempt_ids[e], int(self._lengths[e])
-        group = int(self._locators.steps_row_group[e])
+    def _parse(self, e: int, uri: str, group: int, start: int, count: int, rows: pa.Table) -> _Group:
+        """Row group `group`, read through pyarrow, checked to hold exactly steps start..start +
+        count - 1 of episode `e`'s attempt."""
+        eid, attempt = self._episode_ids[e], self._attempt_ids[e]
         where = f"episode {eid} (attempt {attempt}): steps row group {group} of {uri}"
         same = pc.and_(pc.equal(rows["episode_id"], eid), pc.equal(rows["attempt_id"], attempt))
-        if rows.num_rows != length or not pc.all(same).as_py():
+        if rows.num_rows != count or not pc.all(same).as_py():
             raise PiLoaderError(
-                f"{where} holds {rows.num_rows} rows, not exactly the {length} steps of this attempt "
-                "(step_count of its episodes row); the locator does not fit the file"
+                f"{where} holds {rows.num_rows} rows, not exactly steps {start}..{start + count - 1} of "
+                f"this attempt's {int(self._lengths[e])} (step_count of its episodes row, in row groups "
+                "as large as its first); the locator does not fit the file"
             )
-        index = rows.column("step_index").to_numpy()
-        if not np.array_equal(index, np.arange(length)):
-            raise PiLoaderError(f"{where}: step_index is not 0..T-1 in order, without gaps or repeats")
+        step_index = rows.column("step_index").to_numpy()
+        if not np.array_equal(step_index, np.arange(start, start + count)):
+            raise PiLoaderError(
+                f"{where}: step_index is not {start}..{start + count - 1} in order, without gaps or repeats"
+            )
         frame_index = _matrix(rows.column("camera_frame_index"), where, "camera_frame_index", np.int32)
         if frame_index.shape[1] != int(self._camera_counts[e]):
             raise PiLoaderError(
                 f"{where}: camera_frame_index has {frame_index.shape[1]} entries per step for the "
                 f"episode's {int(self._camera_counts[e])} cameras"
             )
-        return EpisodeSteps(
+        return _Group(
             proprio=_matrix(rows.column("proprio"), where, "proprio", np.float32),
             action=_matrix(rows.column("action"), where, "action", np.float32),
             frame_index=frame_index,

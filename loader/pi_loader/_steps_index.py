@@ -1,22 +1,25 @@
-"""A host-wide index of each steps file, so a cold sample reads its episode's steps without
+"""A host-wide index of each steps file, so a cold sample reads the steps it needs without
 parsing the file's Parquet footer.
 
-A steps file of a group commit holds one row group per episode (SPEC.md §7.8): 50 episodes make
-a footer of 50 row groups x 7 columns, tens of kB that pyarrow parses into ~10x that. Under a
-global shuffle of a large lake the per-process footer cache rarely hits, so every cold sample
-used to read and parse a footer for one episode's few kB of steps. Instead, the first process of
+A steps file of a group commit holds each of its episodes in row groups of a fixed number of
+steps (SPEC.md §7.8; one row group per episode in files written before 2026-11-24): 50 episodes
+make a footer of hundreds of row groups x 7 columns, tens of kB that pyarrow parses into ~10x
+that. Under a global shuffle of a large lake the per-process footer cache rarely hits, so every
+cold sample used to read and parse a footer for a few kB of steps. Instead, the first process of
 a host that needs a steps file indexes it once (`_host_index`: built under a per-name flock,
 saved atomically as `.npy`, mapped by every process), one int64 row per row group:
 
 - KEY: the 64-bit identity of the row group's (episode_id, attempt_id) (`steps_key`);
-- ROWS: its row count; EXACT: 1 when its rows are one (episode, attempt) with step_index exactly
-  0..T-1 in order (checked from the file itself when it was indexed);
+- ROWS: its row count; START: its first step_index; EXACT: 1 when its rows are one (episode,
+  attempt) with step_index exactly START..START+ROWS-1 in order (checked from the file itself
+  when it was indexed);
 - for each of proprio, action, camera_frame_index (`LIST_COLUMNS`): the (OFFSET, SIZE) of its
   column chunk, the list WIDTH (the footer's value count / rows; checked on every read), the
   column's MAX_DEF (definition level of a present value) and its CODEC (`_parquet_pages.CODECS`).
 
-An episode's steps are then one ranged read of its three column chunks (consecutive as the
-writer lays them out, apart only by pyarrow's ~50-byte inline copy of each chunk's metadata;
+A window of an episode's steps is then one ranged read of the three column chunks of each row
+group it covers (consecutive as the writer lays them out, apart only by pyarrow's ~50-byte
+inline copy of each chunk's metadata and, between row groups, the small identity columns;
 otherwise one read each), decoded by `_parquet_pages.decode_list_chunk`.
 
 Files whose layout does not allow it (a list column that is dictionary-encoded, of another
@@ -40,11 +43,12 @@ from pi_loader._row_groups import RowGroupReader
 
 # Columns of an index row (one per row group of the steps file); per list column c (in
 # LIST_COLUMNS order), its fields are at list_field(c, OFFSET) etc.
-KEY, ROWS, EXACT = range(3)
+KEY, ROWS, EXACT, START = range(4)
 OFFSET, SIZE, WIDTH, MAX_DEF, CODEC = range(5)
 _PER_COLUMN = 5
+_ROW_FIELDS = 4
 LIST_COLUMNS = (("proprio", "FLOAT"), ("action", "FLOAT"), ("camera_frame_index", "INT32"))
-_INDEX_COLUMNS = 3 + _PER_COLUMN * len(LIST_COLUMNS)
+_INDEX_COLUMNS = _ROW_FIELDS + _PER_COLUMN * len(LIST_COLUMNS)
 _ROW_COLUMNS = ("episode_id", "attempt_id", "step_index")
 _ENCODINGS = frozenset({"PLAIN", "RLE"})
 _PAGE_HEADER_PROBE = 256  # bytes read of a chunk to check its first page header when indexing
@@ -52,7 +56,7 @@ _PAGE_HEADER_PROBE = 256  # bytes read of a chunk to check its first page header
 
 def list_field(column: int, field: int) -> int:
     """The index column of `field` (OFFSET, SIZE, WIDTH, MAX_DEF, CODEC) of list column `column`."""
-    return 3 + _PER_COLUMN * column + field
+    return _ROW_FIELDS + _PER_COLUMN * column + field
 
 
 def steps_key(episode_id: str, attempt_id: str) -> int:
@@ -72,7 +76,7 @@ class StepsIndex(HostIndex):
     """
 
     COLUMNS: ClassVar[int] = _INDEX_COLUMNS
-    KIND: ClassVar[str] = "steps\n"
+    KIND: ClassVar[str] = "steps-v2\n"  # v2: START, and row groups that are part of an episode
 
     def build(self, reader: RowGroupReader, uri: str, path: str, file_size: int) -> np.ndarray:
         return build_entries(reader, uri, path, file_size)
@@ -93,19 +97,22 @@ def build_entries(reader: RowGroupReader, uri: str, path: str, file_size: int) -
             start += n
             episode, attempt = group.column("episode_id"), group.column("attempt_id")
             first = (episode[0].as_py(), attempt[0].as_py()) if n else (None, None)
-            if n == 0 or first[0] is None or first[1] is None:
+            if n == 0 or first[0] is None or first[1] is None or group.column("step_index").null_count:
                 continue  # EXACT stays 0: the row-group path reports it
             same = pc.all(pc.and_(pc.equal(episode, first[0]), pc.equal(attempt, first[1]))).as_py()
             index = group.column("step_index").to_numpy(zero_copy_only=False)
+            start_step = int(index[0])
             entries[g, KEY] = steps_key(*first)
-            entries[g, EXACT] = int(bool(same) and np.array_equal(index, np.arange(n)))
+            entries[g, START] = start_step
+            in_order = np.array_equal(index, np.arange(start_step, start_step + n))
+            entries[g, EXACT] = int(bool(same) and in_order)
         return entries
     reader.keep_footer(uri, metadata)
     return np.zeros((0, _INDEX_COLUMNS), np.int64)
 
 
 def _list_chunks(metadata: pq.FileMetaData, file_size: int) -> np.ndarray | None:
-    """The index without KEY and EXACT (zeros), or None unless every list column is a flat,
+    """The index without KEY, EXACT and START (zeros), or None unless every list column is a flat,
     dictionary-free, PLAIN list of 4-byte values of a supported codec inside the file."""
     schema = metadata.schema
     if metadata.num_row_groups == 0 or not set(_ROW_COLUMNS) <= set(schema.names):

@@ -22,6 +22,20 @@ def loader_lake(tmp_path_factory: pytest.TempPathFactory) -> FakeLake:
     )
 
 
+@pytest.fixture(scope="session")
+def loader_lake_small_groups(tmp_path_factory: pytest.TempPathFactory) -> FakeLake:
+    """The loader lake with its steps in row groups of 3 steps (3, 3, 3, 2 per episode), so a
+    sample's steps, action chunk and frame history span row groups."""
+    return write_lake(
+        tmp_path_factory.mktemp("loader_lake_small_groups"),
+        episodes=LOADER_EPISODES,
+        steps=LOADER_STEPS,
+        cameras=LOADER_CAMERAS,
+        size=(48, 32),
+        steps_group_steps=3,
+    )
+
+
 @pytest.fixture(autouse=True)
 def _own_chunk_index_directory(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch

@@ -116,7 +116,9 @@ def test_drop_last_and_state_roundtrip_mid_epoch(loader_lake: FakeLake) -> None:
         loader.set_state({"epoch": 0})
 
 
-def test_padding_and_masks_at_episode_ends_and_starts(loader_lake: FakeLake) -> None:
+@pytest.mark.parametrize("lake_name", ["loader_lake", "loader_lake_small_groups"])
+def test_padding_and_masks_at_episode_ends_and_starts(lake_name: str, request: pytest.FixtureRequest) -> None:
+    loader_lake: FakeLake = request.getfixturevalue(lake_name)
     horizon, history, stride = 5, 2, 3
     ds = _dataset(
         loader_lake,
@@ -129,6 +131,7 @@ def test_padding_and_masks_at_episode_ends_and_starts(loader_lake: FakeLake) -> 
             ep = loader_lake.episodes[str(eid)]
             want_rows = np.minimum(np.arange(step, step + horizon), LOADER_STEPS - 1)
             np.testing.assert_array_equal(batch["action"][i], ep.action[want_rows])
+            np.testing.assert_array_equal(batch["observation.state"][i], ep.proprio[step])
             np.testing.assert_array_equal(
                 batch["action_is_pad"][i], np.arange(step, step + horizon) >= LOADER_STEPS
             )

@@ -12,6 +12,7 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from pi_format.lake import STEPS_ROW_GROUP_STEPS
 from pi_loader import Dataset, PiLoaderError, SampleSpec
 from pi_loader._parquet_pages import decode_list_chunk, page_header
 from pi_loader._row_groups import RowGroupReader
@@ -24,6 +25,7 @@ from pi_loader._steps_index import (
     OFFSET,
     ROWS,
     SIZE,
+    START,
     WIDTH,
     StepsIndex,
     list_field,
@@ -34,7 +36,8 @@ from tests.fixtures.lake_factory import FakeLake, append_episodes, make_episode,
 
 CAMERAS = ("front",)
 SIZE_WH = (16, 16)
-PAGE_BYTES = 2048  # a small data page size, so a long episode spans several pages
+PAGE_BYTES = 1024  # a small data page size, so a row group's chunk spans several pages
+ONE_GROUP_PER_EPISODE = 1_000_000  # steps per row group: the layout before 2026-11-24
 
 
 def _steps_files(root: Path | str) -> list[str]:
@@ -59,20 +62,29 @@ def _episode(index: int, steps: int, proprio_width: int, cameras: tuple[str, ...
 class _SmallPages(pq.ParquetWriter):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         kwargs.setdefault("data_page_size", PAGE_BYTES)
+        kwargs.setdefault("write_batch_size", 16)  # the page size is checked once per batch
         super().__init__(*args, **kwargs)
 
 
-@pytest.fixture(scope="module")
-def varied_lake(tmp_path_factory: pytest.TempPathFactory) -> Path:
+LAYOUTS = pytest.mark.parametrize(
+    "group_steps", [STEPS_ROW_GROUP_STEPS, ONE_GROUP_PER_EPISODE], ids=["groups", "whole"]
+)
+
+
+@pytest.fixture(
+    scope="module", params=[STEPS_ROW_GROUP_STEPS, ONE_GROUP_PER_EPISODE], ids=["groups", "whole"]
+)
+def varied_lake(tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest) -> Path:
     """Steps files written by LakeWriter with small data pages: episodes of 1, 7 and 3,000 steps
-    and proprio widths 3, 20 (rep levels in RLE runs) and 1, in two group commits."""
+    and proprio widths 3, 20 (rep levels in RLE runs) and 1, in two group commits; steps in row
+    groups of 64 steps, or one row group per episode (as lakes written before)."""
     root = tmp_path_factory.mktemp("varied")
     from pi_format import LakeLayout
 
     episodes = [_episode(0, 7, 3), _episode(1, 3000, 20), _episode(2, 1, 1), _episode(3, 2500, 3)]
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(pq, "ParquetWriter", _SmallPages)
-        append_episodes(LakeLayout(str(root)), episodes, SIZE_WH, group=2)
+        append_episodes(LakeLayout(str(root)), episodes, SIZE_WH, group=2, steps_group_steps=request.param)
     return root
 
 
@@ -118,9 +130,12 @@ def test_footer_free_equals_pyarrow_for_lengths_widths_and_pages(varied_lake: Pa
     most_pages = 0
     for path in files:
         entries = index.entries(reader, path, path)
-        assert entries.shape[0] == pq.read_metadata(path).num_row_groups == 2
+        groups = pq.read_metadata(path).num_row_groups
+        assert entries.shape[0] == groups and groups in (2, 1 + 47, 1 + 40)  # 7+3000, 1+2500 steps
         for g, entry in enumerate(entries):
             assert entry[EXACT] == 1
+            step_index = pq.ParquetFile(path).read_row_group(g, columns=["step_index"])["step_index"]
+            assert entry[START] == step_index[0].as_py()
             want = _pyarrow_steps(path, g)
             for c, (name, _) in enumerate(LIST_COLUMNS):
                 got, pages = _decode(reader, path, entry, c)
@@ -204,6 +219,62 @@ def test_steps_reader_pickles_only_the_index_directory(grouped_lake: FakeLake) -
     assert index is not None and original is not None
     assert index.directory == original.directory and index.builds == 0 and original.builds == 1
     assert clone.steps_reads == 0
+
+
+@LAYOUTS
+def test_a_read_costs_the_row_groups_its_spans_cover(tmp_path: Path, group_steps: int) -> None:
+    lake = write_lake(
+        tmp_path / "lake",
+        episodes=2,
+        steps=200,  # row groups of 64, 64, 64 and 8 steps (or one of 200)
+        cameras=CAMERAS,
+        size=SIZE_WH,
+        garbage_attempt=False,
+        steps_group_steps=group_steps,
+    )
+    grouped = group_steps == STEPS_ROW_GROUP_STEPS
+    _dataset_one(lake)._gather.steps.episode(1)  # indexes the file on this host
+    ds = _dataset_one(lake)
+    steps, plain = ds._gather.steps, _row_group_path(ds)
+    truth = lake.episodes[ds.episode_ids[0]]
+
+    def check(held: EpisodeSteps, first: int, last: int) -> None:
+        at = held.rows(np.arange(first, last + 1))
+        np.testing.assert_array_equal(held.proprio[at], truth.proprio[first : last + 1])
+        np.testing.assert_array_equal(held.action[at], truth.action[first : last + 1])
+        np.testing.assert_array_equal(held.frame_index[at], truth.camera_frame_index[first : last + 1])
+
+    held = steps.read(0, [(70, 100)])
+    check(held, 70, 100)
+    assert held.group_size == (64 if grouped else 200) and len(held.proprio) == (64 if grouped else 200)
+    assert steps.steps_reads == steps.indexed_reads == 1 and ds.read_stats["footer_reads"] == 0
+    path = _steps_files(lake.layout.root)[0]
+    metadata = pq.read_metadata(path)
+    group = metadata.row_group(1 if grouped else 0)
+    names = {n for n, _ in LIST_COLUMNS}
+    lists = [
+        group.column(j)
+        for j in range(group.num_columns)
+        if group.column(j).path_in_schema.split(".")[0] in names
+    ]
+    start = min(c.data_page_offset for c in lists)
+    span = max(c.data_page_offset + c.total_compressed_size for c in lists) - start
+    assert ds.read_stats["bytes_read"] == span  # that row group's list column chunks, nothing else
+
+    held = steps.read(0, [(60, 70), (193, 199)])  # groups 0, 1 (cached) and 3
+    check(held, 60, 70)
+    check(held, 193, 199)
+    assert steps.steps_reads == (3 if grouped else 1)
+    if grouped:
+        with pytest.raises(ValueError, match="did not cover"):
+            held.rows(np.array([130]))
+    whole = steps.episode(0)
+    check(whole, 0, 199)
+    assert steps.steps_reads == (4 if grouped else 1)
+    _same(whole, plain.episode(0))  # the row-group path reads the same bytes
+    _same(steps.read(0, [(63, 64)]), plain.read(0, [(63, 64)]))
+    with pytest.raises(PiLoaderError, match=r"not spans of its 200 steps"):
+        steps.read(0, [(150, 200)])
 
 
 def _rewrite(path: str, **options: Any) -> None:

@@ -1,5 +1,5 @@
-"""Per-sample reads: one steps row group per episode and one video row group per camera per
-sample, found through the episodes rows' locators (pi_loader._row_groups, _steps, _video)."""
+"""Per-sample reads: the steps row groups holding a sample's steps and one video row group per
+camera per sample, found through the episodes rows' locators (pi_loader._row_groups, _steps, _video)."""
 
 from __future__ import annotations
 
@@ -147,7 +147,7 @@ def test_a_locator_that_does_not_fit_the_file_is_a_clear_error(loader_lake: Fake
         ds._gather.video.frame(0, 0, 10 * CHUNK_FRAMES)
     steps = ds._gather.steps._locators
     steps.steps_row_group[1] += 1
-    with pytest.raises(PiLoaderError, match="not exactly the 11 steps of this attempt"):
+    with pytest.raises(PiLoaderError, match=r"not exactly steps 0\.\.10 of this attempt's 11"):
         ds.sample(LOADER_STEPS)
     steps.steps_row_group[1] += 100
     with pytest.raises(PiLoaderError, match="names row group 102"):

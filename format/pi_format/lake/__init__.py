@@ -8,6 +8,7 @@ contract the wire protocol is for transport; pi_format is the one package every 
 reader already depends on, and it imports no other pi package (SPEC.md §7).
 """
 
+from pi_format.lake._files import STEPS_ROW_GROUP_STEPS
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.schemas import (
     EPISODES_SCHEMA,
@@ -51,6 +52,7 @@ __all__ = [
     "RAW_SCHEMA",
     "STAGE_COMMITTED",
     "STAGE_ROWS_WRITTEN",
+    "STEPS_ROW_GROUP_STEPS",
     "STEPS_SCHEMA",
     "TABLE_CONFIGURATION",
     "TABLE_SCHEMAS",

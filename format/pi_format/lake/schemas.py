@@ -60,7 +60,9 @@ EPISODES_SCHEMA = pa.schema(
         # reader goes straight to them instead of scanning. Paths are relative to the table root
         # (as in the Delta log); null only in rows written before locators existed.
         pa.field("steps_file", pa.string()),
-        pa.field("steps_row_group", pa.int32()),  # all of the episode's steps, step_index order
+        # the first of the episode's steps row groups (step_index order; each holds as many steps
+        # as this first one, the last one fewer): step t is in row group this + t // its rows
+        pa.field("steps_row_group", pa.int32()),
         pa.field("video_file", pa.string()),
         # per camera (in `cameras` order) the row group of its chunk 0; chunk c is that + c,
         # one video row per row group

@@ -35,7 +35,7 @@ from typing import Any
 import pyarrow as pa
 
 from pi_format.lake._committed import CommittedEpisodes, read_file
-from pi_format.lake._files import WrittenFile, sort_steps, sort_video, write_file
+from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, sort_steps, sort_video, write_file
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.schemas import LOCATOR_COLUMNS, TABLE_SCHEMAS
 from pi_format.lake.tables import ensure_lake_tables, post_commit_hooks, row_group_sizes
@@ -120,6 +120,8 @@ class LakeWriter:
             job uses one per sink subtask); it names its data files and fences a stale twin.
         on_stage: called with STAGE_ROWS_WRITTEN / STAGE_COMMITTED during each group commit
             (fault injection in tests; None in production).
+        steps_group_steps: steps per steps row group (SPEC.md §7.8; readers take it from each
+            episode's first row group, so lakes may mix sizes).
 
     Example:
         >>> writer = LakeWriter(LakeLayout("/data/lake"), writer_id="sink-0")
@@ -135,11 +137,15 @@ class LakeWriter:
         *,
         writer_id: str = "default",
         on_stage: Callable[[str], None] | None = None,
+        steps_group_steps: int = STEPS_ROW_GROUP_STEPS,
     ) -> None:
         from deltalake import DeltaTable
 
+        if steps_group_steps < 1:
+            raise ValueError(f"steps_group_steps must be >= 1, got {steps_group_steps}")
         self.layout = layout
         self.writer_id = writer_id
+        self._steps_group_steps = steps_group_steps
         self._on_stage = on_stage
         # episodes commits refused because a concurrent writer won the race (for metrics/tests)
         self.commit_conflicts = 0
@@ -294,7 +300,7 @@ class LakeWriter:
         video_rows = 0
         for rows in group:
             cameras = [str(c) for c in rows.episode.column("cameras")[0].as_py()]
-            steps, groups = sort_steps(_conform("steps", rows.steps))
+            steps, groups = sort_steps(_conform("steps", rows.steps), self._steps_group_steps)
             video, starts = sort_video(_conform("video", rows.video), cameras)
             locator["steps_row_group"].append(len(steps_groups) if groups else -1)
             locator["video_row_groups"].append([video_rows + s for s in starts])
