@@ -133,6 +133,65 @@ def test_raw_and_quarantine_append(tmp_path: Path) -> None:
         writer.write_quarantine(raw)
 
 
+def test_delta_filters_on_any_column_find_the_rows_of_the_writers_own_files(tmp_path: Path) -> None:
+    """Readers that filter through delta-rs (operator tools, `read_visible`) prune files on the
+    add actions' statistics: a column left out of them made every file look empty."""
+    import pyarrow.compute as pc
+
+    layout = LakeLayout(str(tmp_path / "lake"))
+    writer = LakeWriter(layout)
+    raw = pa.Table.from_pylist(
+        [
+            {
+                "episode_id": "ep-1" if offset % 2 else None,
+                "chunk_index": offset,
+                "kafka_topic": "topic-a",
+                "kafka_partition": offset % 3,
+                "kafka_offset": offset,
+                "received_at_ns": 10 + offset,
+                "attempt_id": "att-1",
+                "message": b"m",
+            }
+            for offset in range(6)
+        ],
+        schema=RAW_SCHEMA,
+    )
+    writer.write_raw(raw)
+    writer.commit_episodes([_featurized("ep-1", "att-1"), _featurized("ep-2", "att-2", seed=1)])
+    cases = [
+        ("raw", pc.field("kafka_partition") == 1, 2),
+        ("raw", (pc.field("kafka_topic") == "topic-a") & (pc.field("kafka_offset") >= 4), 2),
+        ("raw", pc.field("episode_id").is_null(), 3),
+        ("steps", pc.field("step_index") == 0, 2),
+        ("steps", pc.field("timestamp_ns") > 0, 10),
+        ("video", pc.field("chunk_index") == 1, 2),
+        ("episodes", pc.field("robot_id") == "r1", 2),
+        ("episodes", pc.field("success"), 2),
+    ]
+    for name, where, want in cases:
+        got = DeltaTable(layout.table(name)).to_pyarrow_table(filters=where).num_rows
+        assert got == want, (name, str(where), got)
+
+
+def test_a_lake_made_before_gets_its_statistics_columns_declared(tmp_path: Path) -> None:
+    import pyarrow.compute as pc
+
+    layout = LakeLayout(str(tmp_path / "lake"))
+    for name, schema in TABLE_SCHEMAS.items():  # tables as lakes made before 2026-11-24 have them
+        old = {"delta.checkpointInterval": "100"}
+        DeltaTable.create(layout.table(name), schema=schema, configuration=old)
+    writer = LakeWriter(layout)
+    for name in TABLE_SCHEMAS:
+        configuration = DeltaTable(layout.table(name)).metadata().configuration
+        assert configuration["delta.dataSkippingStatsColumns"] == "episode_id,attempt_id", name
+    writer.commit_episodes([_featurized("ep-1", "att-1")])
+    steps = DeltaTable(layout.steps).to_pyarrow_table(filters=pc.field("step_index") == 0)
+    assert steps.num_rows == 1
+    versions = {name: DeltaTable(layout.table(name)).version() for name in TABLE_SCHEMAS}
+    LakeWriter(layout)  # declared once: opening again commits nothing
+    assert versions == {name: DeltaTable(layout.table(name)).version() for name in TABLE_SCHEMAS}
+
+
 def test_group_commit_is_one_commit_per_table_with_locators(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pi_format.lake._files import DICT_COLUMNS
+from pi_format.lake._files import DATA_SKIPPING_COLUMNS, DICT_COLUMNS
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.schemas import TABLE_SCHEMAS, UNINDEXED_COLUMNS
 
@@ -45,10 +45,14 @@ def row_group_sizes(name: str, num_rows: int) -> list[int]:
 #   Measured on group commits of 50 episodes to 20,000 episodes: 25 -> 31-38 ms of Delta work per
 #   group, 100 -> 67-70 ms; the same interval bounds what a reader replays at open;
 # - log entries kept 7 days: a long retention keeps millions of JSON files in _delta_log at one
-#   commit per second (listing them gets slow); pinned datasets do not rely on time travel.
+#   commit per second (listing them gets slow); pinned datasets do not rely on time travel;
+# - statistics of episode_id and attempt_id only, declared: the writer's own files carry no
+#   others (a checkpoint holds every file's statistics), and delta-rs prunes files on a filter
+#   over an undeclared column without statistics as if it had no values.
 TABLE_CONFIGURATION = {
     "delta.checkpointInterval": "25",
     "delta.logRetentionDuration": "interval 7 days",
+    "delta.dataSkippingStatsColumns": ",".join(DATA_SKIPPING_COLUMNS),
 }
 
 
@@ -91,12 +95,34 @@ def ensure_lake_tables(layout: LakeLayout) -> dict[str, Any]:
         tables[name] = DeltaTable.create(
             layout.table(name), schema=schema, mode="ignore", configuration=TABLE_CONFIGURATION
         )
+    for name, table in tables.items():
+        _declare_stats_columns(name, table)
     episodes = tables["episodes"]
     have = set(pa.schema(episodes.schema().to_arrow()).names)
     missing = [f for f in TABLE_SCHEMAS["episodes"] if f.name in UNINDEXED_COLUMNS and f.name not in have]
     if missing:
         episodes.alter.add_columns([Field.from_arrow(f) for f in missing])
     return tables
+
+
+def _declare_stats_columns(name: str, table: Any) -> None:
+    """Give a table made before `delta.dataSkippingStatsColumns` was set (lakes written before
+    2026-11-24) that property: its files carry statistics of those columns only, and without it
+    filters through delta-rs on any other column return no rows. Another writer opening the
+    same lake may set it first."""
+    from deltalake.exceptions import CommitFailedError
+
+    key = "delta.dataSkippingStatsColumns"
+    wanted = TABLE_CONFIGURATION[key]
+    if table.metadata().configuration.get(key) == wanted:
+        return
+    try:
+        table.alter.set_table_properties({key: wanted})
+    except CommitFailedError:
+        table.update_incremental()
+        if table.metadata().configuration.get(key) != wanted:
+            raise
+    table.update_incremental()
 
 
 @functools.cache
