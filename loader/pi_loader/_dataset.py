@@ -471,6 +471,8 @@ class Dataset:
         """What this process has read to build samples so far (counters since it was made or
         unpickled): "steps_reads" (steps row groups missed in the steps cache: a sample's window
         of steps covers one or two, all of an episode's steps in lakes written before 2026-11-24),
+        "steps_lookups" (steps row groups asked of the steps cache: 1 - reads / lookups is its hit
+        ratio),
         "video_reads" (video row groups: one per chunk missed in the chunk cache), "chunk_decodes",
         "footer_reads" (Parquet footers parsed), "bytes_read" (footer bytes plus the compressed
         column chunks read), "steps_indexed_reads" (steps_reads made footer-free, through the steps
@@ -484,6 +486,7 @@ class Dataset:
         video, steps, reader = self._gather.video, self._gather.steps, self._reader
         return {
             "steps_reads": steps.steps_reads,
+            "steps_lookups": steps.steps_lookups,
             "video_reads": video.video_reads,
             "chunk_decodes": video.chunk_decodes,
             "footer_reads": reader.footer_reads,

@@ -38,7 +38,8 @@ class LoaderStats:
     Parquet footer bytes plus the compressed column chunks of the steps and video row groups
     read (`Dataset.read_stats`); `video_reads` counts video row groups (one chunk each) and
     `steps_reads` steps row groups (part of an episode each), `steps_indexed_reads` of them read
-    without a footer through the host's steps index. `steps_index_builds` and
+    without a footer through the host's steps index, of `steps_lookups` row groups asked of the
+    steps caches. `steps_index_builds` and
     `chunk_index_builds` count the files these processes indexed for this host (once per host
     per file: 0 on a host whose indexes exist).
     `shared_memory_slots` is how many batch-sized shared-memory slots the loader holds now
@@ -58,6 +59,7 @@ class LoaderStats:
     steps_indexed_reads: int = 0
     steps_index_builds: int = 0
     chunk_index_builds: int = 0
+    steps_lookups: int = 0
 
     @property
     def decoded_chunks_per_sample(self) -> float:
@@ -311,6 +313,7 @@ class Loader:
             steps_indexed_reads=reads.get("steps_indexed_reads", 0),
             steps_index_builds=reads.get("steps_index_builds", 0),
             chunk_index_builds=reads.get("chunk_index_builds", 0),
+            steps_lookups=reads.get("steps_lookups", 0),
         )
 
     def _count(self, deltas: dict[str, int]) -> None:

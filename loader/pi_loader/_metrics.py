@@ -59,7 +59,7 @@ class _LoaderCollector(Collector):
             self._loaders.add(loader)
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
-        samples = batches = bytes_read = video_reads = steps_reads = frame_lookups = 0
+        samples = batches = bytes_read = video_reads = steps_reads = steps_lookups = frame_lookups = 0
         ready = in_flight = 0
         with self._lock:
             loaders = list(self._loaders)
@@ -70,6 +70,7 @@ class _LoaderCollector(Collector):
             bytes_read += stats.bytes_read
             video_reads += stats.video_reads
             steps_reads += stats.steps_reads
+            steps_lookups += stats.steps_lookups
             spec = loader.dataset.spec
             frame_lookups += stats.samples * len(loader.dataset.cameras) * (spec.frame_history + 1)
             ready += loader._worker_pool.ready_batches
@@ -110,11 +111,11 @@ class _LoaderCollector(Collector):
         )
         ratio = GaugeMetricFamily(
             "pilake_loader_cache_hit_ratio",
-            "1 - reads / lookups, by cache: 'steps' (one lookup per sample), 'video_chunks' (one "
-            "lookup per sample, camera and frame of history).",
+            "1 - reads / lookups, by cache: 'steps' (the steps row groups a sample's window covers), "
+            "'video_chunks' (one lookup per sample, camera and frame of history).",
             labels=["cache"],
         )
-        ratio.add_metric(["steps"], _hit_ratio(steps_reads, samples))
+        ratio.add_metric(["steps"], _hit_ratio(steps_reads, steps_lookups))
         ratio.add_metric(["video_chunks"], _hit_ratio(video_reads, frame_lookups))
         yield ratio
 

@@ -161,6 +161,7 @@ class StepsReader:
         # (episode, group of the episode) -> its parsed steps; episode -> its group size G
         self._cache: WeightedLRU[tuple[int, int], _Group] = WeightedLRU(self._max_bytes, groups)
         self._group_sizes: WeightedLRU[int, int] = WeightedLRU(groups)
+        self.steps_lookups = 0  # steps row groups asked of the cache in this process
         self.steps_reads = 0  # steps row groups read in this process (either path)
         self.indexed_reads = 0  # of which footer-free, through the steps index
 
@@ -218,6 +219,7 @@ class StepsReader:
             groups = np.flatnonzero(np.cumsum(marks[:-1]) > 0).tolist()
         with self._lock:
             cached = {g: self._cache.get((e, g)) for g in groups}
+            self.steps_lookups += len(groups)
         have = {g: group for g, group in cached.items() if group is not None}
         if len(have) < len(groups):
             read, indexed = self._read_groups(e, size, [g for g in groups if g not in have])

@@ -265,6 +265,7 @@ def test_a_read_costs_the_row_groups_its_spans_cover(tmp_path: Path, group_steps
     check(held, 60, 70)
     check(held, 193, 199)
     assert steps.steps_reads == (3 if grouped else 1)
+    assert steps.steps_lookups == (4 if grouped else 2)  # a cached row group is a lookup, not a read
     if grouped:
         with pytest.raises(ValueError, match="did not cover"):
             held.rows(np.array([130]))
