@@ -41,28 +41,11 @@ BATCH = 32
 
 
 def template(duration_s: float, px: int, seed: int) -> Any:
-    """One simulated episode through the stream job's featurize (pi_format.lake.EpisodeRows)."""
-    from pi_ingest.simulator import SimulationConfig, simulate_episode
-    from pi_jobs.stream.featurize import FeaturizeConfig, featurize
+    """One simulated episode through the stream job's featurize (pi_format.lake.EpisodeRows):
+    the scale benchmark's template, at this duration and frame size."""
+    from benchmarks.scale._grow import GrowConfig, template_rows
 
-    sim = SimulationConfig(
-        robots=1,
-        episodes_per_robot=1,
-        duration_s=duration_s,
-        camera_fps=15.0,
-        camera_width=px,
-        camera_height=px,
-        seed=seed,
-    )
-    now = time.time_ns()
-    return featurize(
-        simulate_episode(sim, 0, 0).episode,
-        attempt_id="template",
-        received_at_ns=now,
-        raw_size_bytes=0,
-        committed_at_ns=now,
-        config=FeaturizeConfig(video_width=px, video_height=px),
-    )
+    return template_rows(GrowConfig(sizes=(1,), duration_s=duration_s, size_px=px, seed=seed))
 
 
 def write_lake(root: Path, rows: Any, episodes: int, group_steps: int) -> None:

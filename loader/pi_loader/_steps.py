@@ -16,7 +16,7 @@ with the identity, row count and step_index checks taken from the index (read fr
 itself when it was indexed). A file without one (not laid out as the writer does, or no index
 configured), or a row group the index does not vouch for, is read through pyarrow as before: its
 footer (parsed once per process, LRU-cached) and the row group. Both paths give bit-identical
-arrays.
+arrays (`_steps_group`: one row group decoded, or checked after pyarrow read it).
 """
 
 from __future__ import annotations
@@ -28,16 +28,15 @@ from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-import pyarrow as pa
-import pyarrow.compute as pc
 
 from pi_loader import _steps_index as index
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
+from pi_loader._host_index import IndexRows
 from pi_loader._lake import missing_files_message
 from pi_loader._locators import EpisodeLocators
 from pi_loader._lru import WeightedLRU
-from pi_loader._parquet_pages import PageError, decode_list_chunk
 from pi_loader._row_groups import RowGroupReader
+from pi_loader._steps_group import StepsGroup, decode_group, parse_group
 from pi_loader._steps_index import StepsIndex, list_field, steps_key
 
 # Bytes between two column chunks read in one ranged read rather than two (pyarrow writes a
@@ -93,19 +92,6 @@ class EpisodeSteps:
         return first + steps % self.group_size
 
 
-@dataclass(frozen=True, slots=True)
-class _Group:
-    """The parsed arrays of one steps row group (what the cache holds)."""
-
-    proprio: np.ndarray
-    action: np.ndarray
-    frame_index: np.ndarray
-
-    @property
-    def nbytes(self) -> int:
-        return int(self.proprio.nbytes + self.action.nbytes + self.frame_index.nbytes)
-
-
 class StepsReader:
     """Reads and caches episodes' steps by row group; thread-safe and picklable (the cache is
     per process).
@@ -159,7 +145,7 @@ class StepsReader:
         self._lock = threading.Lock()
         groups = self._max_episodes * _GROUPS_PER_EPISODE
         # (episode, group of the episode) -> its parsed steps; episode -> its group size G
-        self._cache: WeightedLRU[tuple[int, int], _Group] = WeightedLRU(self._max_bytes, groups)
+        self._cache: WeightedLRU[tuple[int, int], StepsGroup] = WeightedLRU(self._max_bytes, groups)
         self._group_sizes: WeightedLRU[int, int] = WeightedLRU(groups)
         self.steps_lookups = 0  # steps row groups asked of the cache in this process
         self.steps_reads = 0  # steps row groups read in this process (either path)
@@ -257,11 +243,11 @@ class StepsReader:
         loc = self._locators
         uri = loc.steps_files[loc.steps_file[e]]
         first = int(loc.steps_row_group[e])
-        entry = self._index_entry(e, uri, first)
+        entries, path = self._index_entries(uri)
+        entry = self._vouched(e, entries, first)
         if entry is not None and int(entry[index.START]) == 0:
             size = int(entry[index.ROWS])
         else:
-            path = self._reader.local_path(uri, table="steps", version=self._version)
             try:
                 metadata = self._reader.footer(uri, path, keep=True)
             except FileNotFoundError as err:
@@ -282,18 +268,21 @@ class StepsReader:
             self._group_sizes.put(e, size)
         return size
 
-    def _index_entry(self, e: int, uri: str, group: int) -> np.ndarray | None:
-        """The steps index's row of row group `group` of `uri` when the index vouches for it as
-        a part of episode `e` (EXACT, this attempt's key, uniform list widths, the episode's
-        camera count); None otherwise (no index, or not such a row group)."""
-        if self._steps_index is None:
-            return None
+    def _index_entries(self, uri: str) -> tuple[np.ndarray | IndexRows | None, str]:
+        """The steps index of `uri` (None without an index configured) and its local path."""
         path = self._reader.local_path(uri, table="steps", version=self._version)
+        if self._steps_index is None:
+            return None, path
         try:
-            entries = self._steps_index.entries(self._reader, uri, path)
+            return self._steps_index.entries(self._reader, uri, path), path
         except FileNotFoundError as err:  # a local lake's file: local_path does not open it
             raise self._missing(uri, err) from err
-        if not 0 <= group < entries.shape[0]:
+
+    def _vouched(self, e: int, entries: np.ndarray | IndexRows | None, group: int) -> np.ndarray | None:
+        """The index's row of row group `group` when it vouches for it as a part of episode `e`
+        (EXACT, this attempt's key, uniform list widths, the episode's camera count); None
+        otherwise (no index, or not such a row group)."""
+        if entries is None or not 0 <= group < entries.shape[0]:
             return None
         entry = np.asarray(entries[group])
         widths = [int(entry[list_field(c, index.WIDTH)]) for c in range(len(index.LIST_COLUMNS))]
@@ -306,14 +295,14 @@ class StepsReader:
             return None
         return entry
 
-    def _read_groups(self, e: int, size: int, groups: list[int]) -> tuple[dict[int, _Group], int]:
+    def _read_groups(self, e: int, size: int, groups: list[int]) -> tuple[dict[int, StepsGroup], int]:
         """Groups `groups` (of the episode's, 0-based) of episode `e`, and how many of them were
         read footer-free: those the index vouches for with one ranged read, the rest through
         pyarrow one row group each (which says what is wrong with them)."""
         loc = self._locators
         uri = loc.steps_files[loc.steps_file[e]]
         first, length = int(loc.steps_row_group[e]), int(self._lengths[e])
-        out: dict[int, _Group] = {}
+        out: dict[int, StepsGroup] = {}
         indexed = self._indexed(e, uri, size, groups)
         for g in groups:
             steps = indexed.get(g)
@@ -322,11 +311,18 @@ class StepsReader:
                 rows = self._reader.read(
                     uri, first + g, STEPS_COLUMNS, table="steps", version=self._version
                 )
-                steps = self._parse(e, uri, first + g, start, min(size, length - start), rows)
+                steps = parse_group(
+                    rows,
+                    f"episode {self._episode_ids[e]} (attempt {self._attempt_ids[e]}): steps row group "
+                    f"{first + g} of {uri}",
+                    identity=(self._episode_ids[e], self._attempt_ids[e]),
+                    steps=(start, min(size, length - start), length),
+                    cameras=int(self._camera_counts[e]),
+                )
             out[g] = steps
         return out, len(indexed)
 
-    def _indexed(self, e: int, uri: str, size: int, groups: list[int]) -> dict[int, _Group]:
+    def _indexed(self, e: int, uri: str, size: int, groups: list[int]) -> dict[int, StepsGroup]:
         """The groups of `groups` the file's steps index vouches for (see the module docstring),
         read with one ranged read and decoded; the others are left to the row-group path.
 
@@ -336,10 +332,11 @@ class StepsReader:
         """
         if self._steps_index is None:
             return {}
+        index_rows, path = self._index_entries(uri)
         first, length = int(self._locators.steps_row_group[e]), int(self._lengths[e])
         entries: dict[int, np.ndarray] = {}
         for g in groups:
-            entry = self._index_entry(e, uri, first + g)
+            entry = self._vouched(e, index_rows, first + g)
             start = g * size
             if (
                 entry is not None
@@ -349,7 +346,6 @@ class StepsReader:
                 entries[g] = entry
         if not entries:
             return {}
-        path = self._reader.local_path(uri, table="steps", version=self._version)
         columns = len(index.LIST_COLUMNS)
         spans = [
             (int(entry[list_field(c, index.OFFSET)]), int(entry[list_field(c, index.SIZE)]))
@@ -357,44 +353,12 @@ class StepsReader:
             for c in range(columns)
         ]
         chunks = self._read_spans(uri, path, first + min(entries), spans)
-        out: dict[int, _Group] = {}
+        out: dict[int, StepsGroup] = {}
         for i, (g, entry) in enumerate(entries.items()):
-            arrays = self._decode(uri, first + g, entry, chunks[i * columns : (i + 1) * columns])
-            if arrays is not None:
-                proprio, action, frame_index = arrays
-                out[g] = _Group(
-                    proprio=proprio.astype(np.float32, copy=False),
-                    action=action.astype(np.float32, copy=False),
-                    frame_index=frame_index.astype(np.int32, copy=False),
-                )
+            group = decode_group(uri, first + g, entry, chunks[i * columns : (i + 1) * columns])
+            if group is not None:
+                out[g] = group
         return out
-
-    @staticmethod
-    def _decode(uri: str, group: int, entry: np.ndarray, chunks: list[memoryview]) -> list[np.ndarray] | None:
-        """The three list columns of one row group from their column chunks, or None when a
-        page holds what the fast path does not decode (the row-group path then reads it)."""
-        rows = int(entry[index.ROWS])
-        arrays = []
-        for c, ((name, physical), raw) in enumerate(zip(index.LIST_COLUMNS, chunks, strict=True)):
-            try:
-                array = decode_list_chunk(
-                    raw,
-                    codec=int(entry[list_field(c, index.CODEC)]),
-                    rows=rows,
-                    width=int(entry[list_field(c, index.WIDTH)]),
-                    max_definition=int(entry[list_field(c, index.MAX_DEF)]),
-                    dtype=np.dtype("<f4" if physical == "FLOAT" else "<i4"),
-                )
-            except PageError as err:
-                raise PiLoaderError(
-                    f"steps file {uri}, row group {group}: the `{name}` column chunk read from the "
-                    f"file's steps index ({len(raw)} bytes) is not what the index describes: {err}. The "
-                    "file changed since it was indexed, or is corrupt"
-                ) from None
-            if array is None:
-                return None
-            arrays.append(array)
-        return arrays
 
     def _read_spans(self, uri: str, path: str, group: int, spans: list[tuple[int, int]]) -> list[memoryview]:
         """The column chunks at `spans` ((offset, size) each): one ranged read when they follow
@@ -416,36 +380,6 @@ class StepsReader:
     def _missing(self, uri: str, err: FileNotFoundError) -> SnapshotDataMissingError:
         return SnapshotDataMissingError(missing_files_message("steps", self._version, uri, err))
 
-    def _parse(self, e: int, uri: str, group: int, start: int, count: int, rows: pa.Table) -> _Group:
-        """Row group `group`, read through pyarrow, checked to hold exactly steps start..start +
-        count - 1 of episode `e`'s attempt."""
-        eid, attempt = self._episode_ids[e], self._attempt_ids[e]
-        where = f"episode {eid} (attempt {attempt}): steps row group {group} of {uri}"
-        same = pc.and_(pc.equal(rows["episode_id"], eid), pc.equal(rows["attempt_id"], attempt))
-        if rows.num_rows != count or not pc.all(same).as_py():
-            raise PiLoaderError(
-                f"{where} holds {rows.num_rows} rows, not exactly steps {start}..{start + count - 1} of "
-                f"this attempt's {int(self._lengths[e])} (step_count of its episodes row, in row groups "
-                "as large as its first); the locator does not fit the file"
-            )
-        step_index = rows.column("step_index").to_numpy()
-        if not np.array_equal(step_index, np.arange(start, start + count)):
-            raise PiLoaderError(
-                f"{where}: step_index is not {start}..{start + count - 1} in order, without gaps or repeats"
-            )
-        frame_index = _matrix(rows.column("camera_frame_index"), where, "camera_frame_index", np.int32)
-        if frame_index.shape[1] != int(self._camera_counts[e]):
-            raise PiLoaderError(
-                f"{where}: camera_frame_index has {frame_index.shape[1]} entries per step for the "
-                f"episode's {int(self._camera_counts[e])} cameras"
-            )
-        return _Group(
-            proprio=_matrix(rows.column("proprio"), where, "proprio", np.float32),
-            action=_matrix(rows.column("action"), where, "action", np.float32),
-            frame_index=frame_index,
-        )
-
-
 _STATE = (
     "_reader",
     "_locators",
@@ -458,14 +392,3 @@ _STATE = (
     "_max_bytes",
     "_steps_index",
 )
-
-
-def _matrix(column: pa.ChunkedArray, where: str, what: str, dtype: type) -> np.ndarray:
-    """A list column of equal-length lists as a [rows, width] array."""
-    lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
-    rows = len(lengths)
-    if rows and (lengths != lengths[0]).any():
-        raise PiLoaderError(f"{where}: {what} vectors differ in length across steps")
-    width = int(lengths[0]) if rows else 0
-    flat = pc.list_flatten(column).to_numpy(zero_copy_only=False)
-    return np.ascontiguousarray(flat.astype(dtype, copy=False).reshape(rows, width))

@@ -17,6 +17,7 @@ from urllib.parse import unquote
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pi_format.lake._files import table_filesystem
 from pi_format.lake.visibility import COMMIT_COLUMNS
 
 # More new versions than this since the last refresh: list the table's files instead of reading
@@ -26,12 +27,7 @@ _MAX_LOG_READS = 64
 
 def read_file(uri: str, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
     """One Parquet data file of a table, by the URI `DeltaTable.file_uris()` gives."""
-    from pyarrow import fs
-
-    if "://" in uri and not uri.startswith("file://"):
-        filesystem, path = fs.FileSystem.from_uri(uri)
-    else:
-        filesystem, path = fs.LocalFileSystem(), uri.removeprefix("file://")
+    filesystem, path = table_filesystem(uri)
     return pq.read_table(path, columns=columns, filters=filters, filesystem=filesystem)
 
 
@@ -87,15 +83,10 @@ class CommittedEpisodes:
     def _added_in(self, versions: range) -> list[str] | None:
         """URIs of the files the JSON commits of `versions` add (Delta protocol: one action per
         line, `add.path` relative to the table root and URL-encoded); None when one is missing."""
-        from pyarrow import fs
-
         root = str(self._table.table_uri).rstrip("/")
-        local = root.startswith("file://") or "://" not in root
         base = root.removeprefix("file://")
-        if local:
-            filesystem, log_dir = fs.LocalFileSystem(), f"{base}/_delta_log"
-        else:
-            filesystem, log_dir = fs.FileSystem.from_uri(f"{root}/_delta_log")
+        filesystem, root_path = table_filesystem(root)
+        log_dir = f"{root_path}/_delta_log"
         uris: list[str] = []
         for v in versions:
             try:

@@ -67,7 +67,8 @@ class WrittenFile:
         )
 
 
-def _filesystem(table_uri: str) -> tuple[Any, str]:
+def table_filesystem(table_uri: str) -> tuple[Any, str]:
+    """The pyarrow filesystem of a table URI (or local path) and the path within it."""
     from pyarrow import fs
 
     if "://" in table_uri:
@@ -123,7 +124,7 @@ def write_file(
         raise ValueError(
             f"row groups of {row_group_rows} rows do not partition the {table.num_rows} rows to write"
         )
-    fs, base = _filesystem(table_uri)
+    fs, base = table_filesystem(table_uri)
     # The writer id in the name tells an operator which writer left a file (e.g. one whose
     # commit never came); the uuid makes it unique across writers and retries.
     safe_writer = "".join(c if c.isalnum() or c in "-_" else "_" for c in writer_id)
@@ -162,8 +163,17 @@ def sort_steps(steps: pa.Table, group_steps: int = STEPS_ROW_GROUP_STEPS) -> tup
     index = ordered.column("step_index").to_numpy()
     if not np.array_equal(index, np.arange(len(index))):
         raise ValueError("steps must have step_index 0..T-1 without gaps or repeats")
-    rows = ordered.num_rows
-    return ordered, [min(group_steps, rows - start) for start in range(0, rows, group_steps)]
+    return ordered, group_sizes(ordered.num_rows, group_steps)
+
+
+def group_sizes(num_rows: int, group_rows: int) -> list[int]:
+    """Row group sizes of `num_rows` rows in groups of `group_rows`, the last one shorter.
+
+    Example:
+        >>> group_sizes(150, 64)
+        [64, 64, 22]
+    """
+    return [min(group_rows, num_rows - start) for start in range(0, num_rows, group_rows)]
 
 
 def sort_video(video: pa.Table, cameras: list[str]) -> tuple[pa.Table, list[int]]:

@@ -10,7 +10,7 @@ from typing import Any
 
 import pyarrow as pa
 
-from pi_format.lake._files import DATA_SKIPPING_COLUMNS, DICT_COLUMNS
+from pi_format.lake._files import DATA_SKIPPING_COLUMNS, DICT_COLUMNS, group_sizes
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.schemas import TABLE_SCHEMAS, UNINDEXED_COLUMNS
 
@@ -29,8 +29,7 @@ def row_group_sizes(name: str, num_rows: int) -> list[int]:
     """
     if name not in _ROW_GROUP_ROWS:
         raise ValueError(f"unknown lake table {name!r}; expected one of {sorted(_ROW_GROUP_ROWS)}")
-    size = _ROW_GROUP_ROWS[name]
-    return [min(size, num_rows - start) for start in range(0, num_rows, size)]
+    return group_sizes(num_rows, _ROW_GROUP_ROWS[name])
 
 
 # Dictionary encoding only on DICT_COLUMNS (repeated strings): dictionary-encoded floats make
