@@ -7,10 +7,11 @@ striped `flock`, so processes that miss the same file at once build it once. It 
 array [row groups, columns] atomically (`os.replace` of a temp file) as `<sha1>.npy` under the
 host's index directory (`index_directory`), keyed by the file's URI and size (Delta data files
 are immutable), and every process then reads the one row it needs when it needs it
-(`IndexRows`: a `pread` from the page cache; nothing mapped, so a process touching thousands of
-files' indexes holds none of their pages). Each process keeps a bounded LRU of open indexes.
-An empty index ([0, columns]) means "not laid out for footer-free reads": readers then use the
-row-group path. A read-only or full disk degrades to indexes held in the process (bounded too).
+(`IndexRows`: a `pread` from the page cache on a kept descriptor; nothing mapped, so a process
+touching thousands of files' indexes holds none of their pages). Each process keeps a bounded
+LRU of open indexes. An empty index ([0, columns]) means "not laid out for footer-free reads":
+readers then use the row-group path. A read-only or full disk degrades to indexes held in the
+process (bounded too).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from typing import Any, ClassVar
 
 import numpy as np
 
+from pi_loader import _file_handles as file_handles
 from pi_loader._cache import CacheConfig
 from pi_loader._lru import WeightedLRU
 from pi_loader._row_groups import RowGroupReader
@@ -179,12 +181,14 @@ class IndexRows:
         ((150, 8), array([...]))
     """
 
-    __slots__ = ("_data_offset", "_path", "shape")
+    __slots__ = ("_data_offset", "_handle", "_path", "shape")
 
-    def __init__(self, path: str, shape: tuple[int, int], data_offset: int) -> None:
+    def __init__(self, path: str, shape: tuple[int, int], data_offset: int, inode: int = 0) -> None:
         self._path = path
         self.shape = shape
         self._data_offset = data_offset
+        # A rebuilt index replaces the file (a new inode): its kept descriptor is another one.
+        self._handle = ("host-index", path, inode)
 
     @classmethod
     def open(cls, path: str) -> IndexRows:
@@ -198,12 +202,13 @@ class IndexRows:
             else:
                 raise ValueError(f"{path}: .npy version {version} is not one an index is saved in")
             offset = f.tell()
-            size = os.fstat(f.fileno()).st_size
+            status = os.fstat(f.fileno())
+            size = status.st_size
         if dtype != np.dtype("<i8") or fortran or len(shape) != 2:
             raise ValueError(f"{path}: {dtype} {shape} is not an index (2-D little-endian int64)")
         if size < offset + shape[0] * shape[1] * 8:
             raise ValueError(f"{path}: {size} bytes, too short for {shape} int64 (truncated?)")
-        return cls(path, (int(shape[0]), int(shape[1])), offset)
+        return cls(path, (int(shape[0]), int(shape[1])), offset, status.st_ino)
 
     def __getitem__(self, key: int | tuple[int, Any]) -> Any:
         if isinstance(key, tuple):  # rows[i, column]: the row, then numpy indexing of it
@@ -223,11 +228,7 @@ class IndexRows:
         if not 0 <= row < rows:
             raise IndexError(f"row {row} of an index of {rows} rows ({self._path})")
         width = columns * 8
-        fd = os.open(self._path, os.O_RDONLY)
-        try:
-            raw = os.pread(fd, width, self._data_offset + row * width)
-        finally:
-            os.close(fd)
+        raw = file_handles.pread(self._path, self._data_offset + row * width, width, key=self._handle)
         if len(raw) != width:
             raise OSError(f"{self._path}: short read of row {row} ({len(raw)} of {width} bytes)")
         return np.frombuffer(raw, dtype="<i8")

@@ -31,6 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
+from pi_loader import _file_handles as file_handles
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
 from pi_loader._lake import missing_files_message
 from pi_loader._lru import WeightedLRU
@@ -150,9 +151,7 @@ class RowGroupReader:
         Raises:
             PiLoaderError: the file ends before offset + size.
         """
-        with open(path, "rb") as f:
-            f.seek(offset)
-            data = f.read(size)
+        data = file_handles.pread(path, offset, size)
         with self._lock:
             self.bytes_read += size
         if len(data) != size:

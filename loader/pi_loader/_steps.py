@@ -150,6 +150,7 @@ class StepsReader:
         self.steps_lookups = 0  # steps row groups asked of the cache in this process
         self.steps_reads = 0  # steps row groups read in this process (either path)
         self.indexed_reads = 0  # of which footer-free, through the steps index
+        self._last_vouched: tuple[tuple[int, int], Any, list[int]] | None = None
 
     def __getstate__(self) -> dict[str, Any]:
         state = {name: getattr(self, name) for name in _STATE}
@@ -245,8 +246,8 @@ class StepsReader:
         first = int(loc.steps_row_group[e])
         entries, path = self._index_entries(uri)
         entry = self._vouched(e, entries, first)
-        if entry is not None and int(entry[index.START]) == 0:
-            size = int(entry[index.ROWS])
+        if entry is not None and entry[index.START] == 0:
+            size = entry[index.ROWS]
         else:
             try:
                 metadata = self._reader.footer(uri, path, keep=True)
@@ -278,21 +279,26 @@ class StepsReader:
         except FileNotFoundError as err:  # a local lake's file: local_path does not open it
             raise self._missing(uri, err) from err
 
-    def _vouched(self, e: int, entries: np.ndarray | IndexRows | None, group: int) -> np.ndarray | None:
+    def _vouched(self, e: int, entries: np.ndarray | IndexRows | None, group: int) -> list[int] | None:
         """The index's row of row group `group` when it vouches for it as a part of episode `e`
         (EXACT, this attempt's key, uniform list widths, the episode's camera count); None
-        otherwise (no index, or not such a row group)."""
+        otherwise (no index, or not such a row group). The last answer is kept: a miss asks for
+        the episode's first row group twice (its group size, then its rows)."""
         if entries is None or not 0 <= group < entries.shape[0]:
             return None
-        entry = np.asarray(entries[group])
-        widths = [int(entry[list_field(c, index.WIDTH)]) for c in range(len(index.LIST_COLUMNS))]
+        last = self._last_vouched
+        if last is not None and last[0] == (e, group) and last[1] is entries:
+            return last[2]
+        entry: list[int] = np.asarray(entries[group]).tolist()
+        widths = [entry[list_field(c, index.WIDTH)] for c in range(len(index.LIST_COLUMNS))]
         if (
-            int(entry[index.EXACT]) != 1
-            or int(entry[index.KEY]) != steps_key(self._episode_ids[e], self._attempt_ids[e])
+            entry[index.EXACT] != 1
             or min(widths) < 1
             or widths[-1] != int(self._camera_counts[e])
+            or entry[index.KEY] != steps_key(self._episode_ids[e], self._attempt_ids[e])
         ):
             return None
+        self._last_vouched = ((e, group), entries, entry)
         return entry
 
     def _read_groups(self, e: int, size: int, groups: list[int]) -> tuple[dict[int, StepsGroup], int]:
@@ -334,21 +340,18 @@ class StepsReader:
             return {}
         index_rows, path = self._index_entries(uri)
         first, length = int(self._locators.steps_row_group[e]), int(self._lengths[e])
-        entries: dict[int, np.ndarray] = {}
+        entries: dict[int, list[int]] = {}
         for g in groups:
             entry = self._vouched(e, index_rows, first + g)
             start = g * size
-            if (
-                entry is not None
-                and int(entry[index.START]) == start
-                and int(entry[index.ROWS]) == min(size, length - start)
-            ):
+            rows = min(size, length - start)
+            if entry is not None and entry[index.START] == start and entry[index.ROWS] == rows:
                 entries[g] = entry
         if not entries:
             return {}
         columns = len(index.LIST_COLUMNS)
         spans = [
-            (int(entry[list_field(c, index.OFFSET)]), int(entry[list_field(c, index.SIZE)]))
+            (entry[list_field(c, index.OFFSET)], entry[list_field(c, index.SIZE)])
             for entry in entries.values()
             for c in range(columns)
         ]

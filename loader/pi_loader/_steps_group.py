@@ -6,6 +6,7 @@ that does not hold the steps its episode's locator promises.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -31,7 +32,7 @@ class StepsGroup:
         return int(self.proprio.nbytes + self.action.nbytes + self.frame_index.nbytes)
 
 
-def decode_group(uri: str, group: int, entry: np.ndarray, chunks: list[memoryview]) -> StepsGroup | None:
+def decode_group(uri: str, group: int, entry: Sequence[int], chunks: list[memoryview]) -> StepsGroup | None:
     """Row group `group` of `uri` from its three list column chunks as the index row `entry`
     describes them, or None when a page holds what this path does not decode (empty lists,
     nulls, other widths: the row-group path then reads it and says what it is).

@@ -16,7 +16,6 @@ builds its own caches.
 
 from __future__ import annotations
 
-import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -111,71 +110,30 @@ class VideoFrames:
 
     def _chunk(self, e: int, camera: int, frame_index: int) -> _Chunk:
         loc = self._locators
-        number = frame_index // int(loc.chunk_frames[e])
+        chunk_frames = int(loc.chunk_frames[e])
+        number = frame_index // chunk_frames
         key = (e, camera, number)
         with self._lock:
             chunk = self._chunks.get(key)
         if chunk is not None:
             return chunk
-        from pi_format.video import ChunkDecoder
-
         group = int(loc.video_row_group[e, camera]) + number
         uri = loc.video_files[loc.video_file[e]]
-        where = f"episode {self._episode_ids[e]} camera {self._cameras[camera]!r}, frame {frame_index}"
-        expected = (self._episode_ids[e], self._attempt_ids[e], self._cameras[camera], number)
-        indexed = self._indexed_row(uri, group, expected)
-        if indexed is not None:  # footer-free: the row from the chunk index, its data read below
-            row, read_data = indexed
-        else:  # no chunk index, or a file not laid out for one: the row group through pyarrow
-            rows = self._reader.read(uri, group, VIDEO_COLUMNS, table="video", version=self._version)
-            row = rows.slice(0, 1).to_pylist()[0] if rows.num_rows == 1 else {"rows": rows.num_rows}
-            read_data = functools.partial(row.get, "data")
-        found = tuple(row.get(name) for name in ("episode_id", "attempt_id", "camera", "chunk_index"))
-        if found != expected:
-            if "rows" in row:
-                holds = f"{row['rows']} rows"
-            elif found[0] is None:  # the index knows the row's identity only as a hash
-                holds = f"chunk {found[3]} of another (episode, attempt, camera)"
-            else:
-                holds = f"(episode, attempt, camera, chunk) {found}"
-            raise PiLoaderError(
-                f"{where}: row group {group} of {uri} should hold chunk {number} of this camera, but holds "
-                f"{holds}: the frame is past the camera's last chunk, or the episode's locator does not "
-                "fit the file"
-            )
-        if (
-            row["first_frame"] != number * int(loc.chunk_frames[e])
-            or frame_index >= row["first_frame"] + row["frame_count"]
-        ):
-            raise PiLoaderError(
-                f"{where}: chunk {number} covers frames {row['first_frame']} + {row['frame_count']}, not "
-                f"frame {frame_index} (video_chunk_frames={int(loc.chunk_frames[e])}): no chunk holds it"
-            )
-        if row["codec"] != "h264":
-            raise PiLoaderError(
-                f"{where}: video codec {row['codec']!r} is not supported (only 'h264' Annex-B chunks)"
-            )
-        # Decoded lazily: a shuffled sample decodes only up to its frame (intra-only: that frame
-        # alone), and neighbours in a block-shuffled run continue the same decoder.
-        chunk = _Chunk(
-            ChunkDecoder(read_data()), row["first_frame"], row["frame_count"], row["width"], row["height"]
-        )
+        chunk = self._indexed_chunk(e, camera, frame_index, number, uri, group)
+        if chunk is None:  # no chunk index, or a file not laid out for one
+            chunk = self._row_group_chunk(e, camera, frame_index, number, uri, group)
         with self._lock:
             self.video_reads += 1
             self.chunk_decodes += 1
             self._chunks.put(key, chunk)
         return chunk
 
-    def _indexed_row(
-        self, uri: str, group: int, expected: tuple[str, str, str, int]
-    ) -> tuple[dict[str, Any], Callable[[], bytes]] | None:
-        """The video row of row group `group` of `uri` as its chunk index has it (all columns but
-        `data`), and a function that reads its data (one ranged read of the `data` column
-        chunk); None without an index for the file.
-
-        The index holds the row's identity as a hash: a row of the expected (episode, attempt,
-        camera) reports those, another one reports None for them (and so fails the check).
-        """
+    def _indexed_chunk(
+        self, e: int, camera: int, frame_index: int, number: int, uri: str, group: int
+    ) -> _Chunk | None:
+        """The chunk through the file's chunk index: its row from the index (the identity as a
+        hash), its data with one ranged read of the `data` column chunk; None without an index
+        for the file. The per-sample path: errors are worded only when a check fails."""
         if self._chunk_index is None:
             return None
         path = self._reader.local_path(uri, table="video", version=self._version)
@@ -191,29 +149,87 @@ class VideoFrames:
                 f"group {group}: the episodes row does not fit the file (was the file rewritten "
                 "without updating the locators?)"
             )
-        entry = entries[group]
-        same = int(entry[index.ROW_KEY]) == row_key(*expected[:3])
-        offset, size = int(entry[index.OFFSET]), int(entry[index.SIZE])
+        entry = entries[group].tolist()
+        expected = (self._episode_ids[e], self._attempt_ids[e], self._cameras[camera])
+        first, count = entry[index.FIRST_FRAME], entry[index.FRAME_COUNT]
+        if entry[index.ROW_KEY] != row_key(*expected) or entry[index.CHUNK_INDEX] != number:
+            same = entry[index.ROW_KEY] == row_key(*expected)
+            holds = (*(expected if same else (None, None, None)), entry[index.CHUNK_INDEX])
+            self._check_row(e, camera, frame_index, number, uri, group, holds)
+        if first != number * int(self._locators.chunk_frames[e]) or frame_index >= first + count:
+            self._check_span(e, camera, frame_index, number, first, count)
+        # An index is only built for files whose chunks are all h264.
+        offset, size = entry[index.OFFSET], entry[index.SIZE]
+        try:
+            raw = self._reader.read_range(uri, path, offset, size, what=f"row group {group}")
+        except FileNotFoundError as err:
+            raise self._missing(uri, err) from err
+        return self._decoder(
+            page_value(raw, uri, group), first, count, entry[index.WIDTH], entry[index.HEIGHT]
+        )
 
-        def read_data() -> bytes:
-            try:
-                raw = self._reader.read_range(uri, path, offset, size, what=f"row group {group}")
-            except FileNotFoundError as err:
-                raise self._missing(uri, err) from err
-            return page_value(raw, uri, group)
+    def _row_group_chunk(
+        self, e: int, camera: int, frame_index: int, number: int, uri: str, group: int
+    ) -> _Chunk:
+        """The chunk's row group read through pyarrow (its footer parsed once per process)."""
+        rows = self._reader.read(uri, group, VIDEO_COLUMNS, table="video", version=self._version)
+        if rows.num_rows != 1:
+            raise PiLoaderError(
+                f"{self._where(e, camera, frame_index)}: row group {group} of {uri} should hold chunk "
+                f"{number} of this camera, but holds {rows.num_rows} rows: the frame is past the "
+                "camera's last chunk, or the episode's locator does not fit the file"
+            )
+        row = rows.to_pylist()[0]
+        found = tuple(row.get(name) for name in ("episode_id", "attempt_id", "camera", "chunk_index"))
+        if found != (self._episode_ids[e], self._attempt_ids[e], self._cameras[camera], number):
+            self._check_row(e, camera, frame_index, number, uri, group, found)
+        self._check_span(e, camera, frame_index, number, row["first_frame"], row["frame_count"])
+        if row["codec"] != "h264":
+            raise PiLoaderError(
+                f"{self._where(e, camera, frame_index)}: video codec {row['codec']!r} is not supported "
+                "(only 'h264' Annex-B chunks)"
+            )
+        return self._decoder(row["data"], row["first_frame"], row["frame_count"], row["width"], row["height"])
 
-        row = {
-            "episode_id": expected[0] if same else None,
-            "attempt_id": expected[1] if same else None,
-            "camera": expected[2] if same else None,
-            "chunk_index": int(entry[index.CHUNK_INDEX]),
-            "first_frame": int(entry[index.FIRST_FRAME]),
-            "frame_count": int(entry[index.FRAME_COUNT]),
-            "width": int(entry[index.WIDTH]),
-            "height": int(entry[index.HEIGHT]),
-            "codec": "h264",  # an index is only built for files whose chunks are all h264
-        }
-        return row, read_data
+    @staticmethod
+    def _decoder(data: bytes, first: int, count: int, width: int, height: int) -> _Chunk:
+        from pi_format.video import ChunkDecoder
+
+        # Decoded lazily: a shuffled sample decodes only up to its frame (intra-only: that frame
+        # alone), and neighbours in a block-shuffled run continue the same decoder.
+        return _Chunk(ChunkDecoder(data), first, count, width, height)
+
+    def _check_row(
+        self, e: int, camera: int, frame_index: int, number: int, uri: str, group: int, found: tuple[Any, ...]
+    ) -> None:
+        """Raise: row group `group` holds `found` (episode, attempt, camera, chunk; the index
+        knows the identity only as a hash, None when it is another), not chunk `number`."""
+        if (
+            found[:3] == (self._episode_ids[e], self._attempt_ids[e], self._cameras[camera])
+            and found[3] == number
+        ):
+            return
+        holds = (
+            f"chunk {found[3]} of another (episode, attempt, camera)"
+            if found[0] is None
+            else (f"(episode, attempt, camera, chunk) {found}")
+        )
+        raise PiLoaderError(
+            f"{self._where(e, camera, frame_index)}: row group {group} of {uri} should hold chunk {number} "
+            f"of this camera, but holds {holds}: the frame is past the camera's last chunk, or the "
+            "episode's locator does not fit the file"
+        )
+
+    def _check_span(self, e: int, camera: int, frame_index: int, number: int, first: int, count: int) -> None:
+        chunk_frames = int(self._locators.chunk_frames[e])
+        if first != number * chunk_frames or frame_index >= first + count:
+            raise PiLoaderError(
+                f"{self._where(e, camera, frame_index)}: chunk {number} covers frames {first} + {count}, "
+                f"not frame {frame_index} (video_chunk_frames={chunk_frames}): no chunk holds it"
+            )
+
+    def _where(self, e: int, camera: int, frame_index: int) -> str:
+        return f"episode {self._episode_ids[e]} camera {self._cameras[camera]!r}, frame {frame_index}"
 
     def _missing(self, uri: str, err: FileNotFoundError) -> SnapshotDataMissingError:
         return SnapshotDataMissingError(missing_files_message("video", self._version, uri, err))
@@ -226,8 +242,7 @@ class VideoFrames:
         try:
             return convert(offset)
         except VideoError as err:
-            where = f"episode {self._episode_ids[e]} camera {self._cameras[camera]!r}, frame {frame}"
-            raise PiLoaderError(f"{where}: {err}") from err
+            raise PiLoaderError(f"{self._where(e, camera, frame)}: {err}") from err
 
 
 _STATE = (

@@ -19,7 +19,7 @@ from pi_format.video import (
     frame_to_rgb,
     yuv420p_to_rgb,
 )
-from pi_format.video.reader import split_access_units
+from pi_format.video.reader import access_unit_bounds, split_access_units
 
 H, W = 64, 96
 # Bound for crf 20 on these saturated colour waves at 96x64: measured 30.5-32 dB here, where
@@ -302,3 +302,43 @@ def test_decoding_works_in_a_forked_child_after_decoding_in_the_parent() -> None
         child.kill()
         pytest.fail("decoding in a forked child hung")
     assert child.exitcode == 0 and results.get(timeout=5) == want
+
+
+@pytest.mark.parametrize("keyframe_interval", [1, 5])
+def test_access_unit_bounds_are_the_split_units_without_copies(keyframe_interval: int) -> None:
+    # ChunkDecoder slices its packets out of the chunk by these bounds instead of copying each unit.
+    chunks = encode_chunks(
+        _frames(13), width=W, height=H, fps=30.0, chunk_frames=10, keyframe_interval=keyframe_interval
+    )
+    for chunk in chunks:
+        bounds, units = access_unit_bounds(chunk.data), split_access_units(chunk.data)
+        assert bounds is not None and units is not None and len(bounds) == chunk.frame_count
+        assert [(chunk.data[start:end], key) for start, end, key in bounds] == units
+        # the units tile the chunk: nothing between them, nothing left out at either end
+        assert bounds[0][0] == 0 and bounds[-1][1] == len(chunk.data)
+        assert [end for _, end, _ in bounds[:-1]] == [start for start, _, _ in bounds[1:]]
+    assert access_unit_bounds(b"\x00\x00\x01\x67\x42") is None  # parameters, no picture
+
+
+def test_intra_chunks_keep_no_decoded_frames_and_gop_chunks_do() -> None:
+    # An intra frame decodes alone again at the same cost, so keeping it would only hold memory;
+    # a GOP frame costs the frames before it, so those are kept for the next ask.
+    frames = _frames(10)
+    intra = encode_chunks(frames, width=W, height=H, fps=30.0, chunk_frames=10, keyframe_interval=1)[0]
+    decoder = ChunkDecoder(intra.data)
+    assert decoder.intra_only
+    first = decoder.rgb(4)
+    assert decoder.frames_decoded == 1 and decoder._frames == {}
+    again = decoder.rgb(4)
+    assert np.array_equal(first, again) and decoder.frames_decoded == 2  # decoded once more, not kept
+    assert np.array_equal(decoder.rgb(0), decode_chunk_rgb(intra.data, height=H, width=W)[0])
+    assert decoder.frames_decoded == 3 and decoder._frames == {}
+
+    gop = encode_chunks(frames, width=W, height=H, fps=30.0, chunk_frames=10, keyframe_interval=5)[0]
+    want = decode_chunk_rgb(gop.data, height=H, width=W)
+    decoder = ChunkDecoder(gop.data)
+    assert not decoder.intra_only
+    assert np.array_equal(decoder.rgb(3), want[3]) and decoder.frames_decoded == 4  # frames 0..3
+    assert np.array_equal(decoder.rgb(1), want[1])
+    assert decoder.frames_decoded == 4  # frame 1 was kept: no decode again from the keyframe
+    assert sorted(decoder._frames) == [0, 1, 2, 3]

@@ -132,10 +132,17 @@ def split_access_units(data: bytes) -> list[tuple[bytes, bool]] | None:
         >>> [key for _, key in split_access_units(chunk.data)]
         [True, True, True, True, True, True, True, True, True, True]
     """
+    bounds = access_unit_bounds(data)
+    return None if bounds is None else [(data[start:end], key) for start, end, key in bounds]
+
+
+def access_unit_bounds(data: bytes) -> list[tuple[int, int, bool]] | None:
+    """(start, end, is an IDR) of each access unit of `data` (see `split_access_units`), without
+    copying them out."""
     pos = data.find(_START_CODE)
     if pos < 0 or any(data[:pos]):  # only zero bytes may come before the first start code
         return None
-    units: list[tuple[bytes, bool]] = []
+    units: list[tuple[int, int, bool]] = []
     unit_start, seen_slice, key = 0, False, False
     end = len(data)
     while pos >= 0:
@@ -149,17 +156,17 @@ def split_access_units(data: bytes) -> list[tuple[bytes, bool]] | None:
             # ue(v) first_mb_in_slice is 0 exactly when the first payload bit is 1
             first_slice = header + 1 < end and data[header + 1] & 0x80
             if seen_slice and first_slice:
-                units.append((data[unit_start:nal_start], key))
+                units.append((unit_start, nal_start, key))
                 unit_start, key = nal_start, False
             seen_slice = True
             key = key or nal_type == _IDR
         elif nal_type in _AU_OPENERS and seen_slice:
-            units.append((data[unit_start:nal_start], key))
+            units.append((unit_start, nal_start, key))
             unit_start, seen_slice, key = nal_start, False, False
         pos = data.find(_START_CODE, header)
     if not seen_slice:
         return None
-    units.append((data[unit_start:], key))
+    units.append((unit_start, end, key))
     return units
 
 
@@ -191,16 +198,21 @@ class ChunkDecoder:
 
     def __init__(self, data: bytes) -> None:
         self._size_bytes = len(data)
-        units = split_access_units(data)
-        if units is not None:
-            self._packets = [av.Packet(unit) for unit, _ in units]
-            keys = [key for _, key in units]
+        bounds = access_unit_bounds(data)
+        # Access units stay views of `data` until decoded: an intra-only chunk makes the one
+        # packet it decodes, not one per frame.
+        self._packets: list[av.Packet | memoryview]
+        if bounds is not None:
+            view = memoryview(data)
+            self._packets = [view[start:end] for start, end, _ in bounds]
+            keys = [key for _, _, key in bounds]
         else:  # not plain Annex-B as pi-lake writes it: FFmpeg's parser decides
             try:
-                self._packets = _THREAD.parse(data)
+                parsed = _THREAD.parse(data)
             except av.FFmpegError as err:
                 raise VideoError(f"cannot parse H.264 chunk ({len(data)} bytes): {err}") from err
-            keys = [p.is_keyframe for p in self._packets]
+            self._packets = list(parsed)
+            keys = [p.is_keyframe for p in parsed]
         # Frame 0 is always a start: a chunk decodes on its own by contract.
         self._keyframes = [0, *(i for i, key in enumerate(keys) if i and key)]
         self._intra = len(self._keyframes) == len(self._packets)
@@ -254,7 +266,11 @@ class ChunkDecoder:
         frame = self._frames.get(index)
         if frame is None:
             self._decode_to(index)
-            frame = self._frames.get(index)
+            # An intra-only chunk's frame decodes alone again at the same cost, so it is not
+            # kept: a decoder held in a chunk cache holds no decoded picture, and FFmpeg's
+            # frame pool reuses the buffer (kept frames cost ~8% of a loader sample in fresh
+            # buffers' page faults).
+            frame = self._frames.pop(index, None) if self._intra else self._frames.get(index)
         if frame is None:
             raise VideoError(
                 f"H.264 chunk ({self._size_bytes} bytes) decoded to {self._frame_count} frames; "
@@ -282,7 +298,10 @@ class ChunkDecoder:
             self._ctx, self._cursor = None, None  # unknown until this decode ends cleanly
         try:
             while next_frame <= index and next_packet < len(self._packets):
-                frames = ctx.decode(self._packets[next_packet])
+                packet = self._packets[next_packet]
+                if not isinstance(packet, av.Packet):
+                    packet = av.Packet(packet)  # type: ignore[arg-type]  # any buffer; the stub says bytes
+                frames = ctx.decode(packet)
                 next_packet += 1
                 for frame in frames:
                     self._keep(next_frame, frame)
