@@ -12,7 +12,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pi_loader import _parquet_pages as pages
-from pi_loader._parquet_pages import CODECS, PageError, _any_header, _plain_header, page_header
+from pi_loader._page_header import PageError, _any_header, _plain_header, page_header
+from pi_loader._parquet_pages import CODECS
 
 ROWS, GROUP_ROWS, WIDTHS = 120, 50, {"vec": 7, "idx": 3}  # row groups of 50, 50 and 20 rows
 DTYPES = {"vec": np.dtype("<f4"), "idx": np.dtype("<i4")}
