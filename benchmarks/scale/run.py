@@ -221,7 +221,7 @@ def throughput(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         },
         "caches": {
             "pi_loader_episode_cache_per_worker": 32,
-            "pi_loader_chunk_cache_per_worker": 64,
+            "pi_loader_chunk_cache_per_worker": _default("chunk_cache_size"),
             "episodes_per_cache": round(config.episodes / 32, 1),
         },
         "prepare_s": timings,
@@ -294,6 +294,12 @@ def main() -> int:
         help="measure nothing: put --ingest-json's figures into this earlier scale.json (the ingest "
         "benchmark runs on a quiet machine, apart), judge the targets again, rewrite it and its PNG",
     )
+    parser.add_argument(
+        "--sizes-from",
+        type=Path,
+        default=None,
+        help="grow no lakes: take the sizes' figures from this earlier scale.json (marked taken_from)",
+    )
     parser.add_argument("--peers-venv", type=Path, default=ROOT / "benchmarks" / "loader" / ".venv-peers")
     parser.add_argument("--data", type=Path, default=HERE / "results" / "data", help="built data (cached)")
     parser.add_argument("--out", type=Path, default=HERE / "results")
@@ -334,7 +340,18 @@ def main() -> int:
     print(f"machine: {describe(host)}", flush=True)
     t0 = time.monotonic()
     results: dict[str, Any] = {"benchmark": "scale", "mode": mode, "machine": host, "sizes": []}
-    results["sizes"] = grow_and_measure(args, sizes, env)
+    if args.sizes_from is not None:
+        # The lake sizes of an earlier run, labelled so (when only the throughput legs changed).
+        earlier_sizes = json.loads(args.sizes_from.read_text())
+        results["sizes"] = earlier_sizes["sizes"]
+        results["sizes_taken_from"] = {
+            "path": str(args.sizes_from),
+            "machine": earlier_sizes.get("machine"),
+            "elapsed": earlier_sizes.get("elapsed"),
+        }
+        sizes = [int(s["episodes"]) for s in results["sizes"]]
+    else:
+        results["sizes"] = grow_and_measure(args, sizes, env)
     elapsed = {"sizes_s": round(time.monotonic() - t0, 1)}
     t = time.monotonic()
     if args.throughput_from is not None:
@@ -383,6 +400,15 @@ def main() -> int:
     print_table(results)
     print(f"wrote {args.out / 'scale.json'} and {args.out / 'scale.png'} ({elapsed['total_s']:.0f} s in all)")
     return 0
+
+
+def _default(name: str) -> Any:
+    """A `pi_loader.Dataset` argument's default (what the pi_loader leg runs with)."""
+    import inspect
+
+    import pi_loader
+
+    return inspect.signature(pi_loader.Dataset).parameters[name].default
 
 
 def add_ingest(scale_json: Path, ingest_json: Path | None) -> int:
