@@ -155,33 +155,21 @@ def _plain_header(raw: bytes | memoryview, pos: int) -> PageHeader | None:
             break
         else:
             return None
-        value, shift = 0, 0
-        while True:
-            if at >= end or shift > 28:
-                return None
-            b = raw[at]
-            at += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-        values.append((value >> 1) ^ -(value & 1))
+        read = _zigzag_i32(raw, at, end)
+        if read is None:
+            return None
+        at = read[1]
+        values.append(read[0])
     inner = []
     for want in expect:
         if at >= end or raw[at] != want:
             return None
         at += 1
-        value, shift = 0, 0
-        while True:
-            if at >= end or shift > 28:
-                return None
-            b = raw[at]
-            at += 1
-            value |= (b & 0x7F) << shift
-            if not b & 0x80:
-                break
-            shift += 7
-        inner.append((value >> 1) ^ -(value & 1))
+        read = _zigzag_i32(raw, at, end)
+        if read is None:
+            return None
+        at = read[1]
+        inner.append(read[0])
     if at + 1 < end and raw[at] == 0x1C and raw[at + 1] == 0:  # statistics, empty (pyarrow's default)
         at += 2
     if at + 1 >= end or raw[at] != 0 or raw[at + 1] != 0:  # STOP of the data page header, then of the page's
@@ -197,6 +185,20 @@ def _plain_header(raw: bytes | memoryview, pos: int) -> PageHeader | None:
         repetition_level_encoding=inner[3],
         header_bytes=at + 2 - pos,
     )
+
+
+def _zigzag_i32(raw: bytes | memoryview, at: int, end: int) -> tuple[int, int] | None:
+    """The zigzag varint i32 at `raw[at:end]` and the position after it; None if it runs out."""
+    value, shift = 0, 0
+    while True:
+        if at >= end or shift > 28:
+            return None
+        b = raw[at]
+        at += 1
+        value |= (b & 0x7F) << shift
+        if not b & 0x80:
+            return (value >> 1) ^ -(value & 1), at
+        shift += 7
 
 
 def _any_header(raw: bytes | memoryview, pos: int) -> PageHeader:
