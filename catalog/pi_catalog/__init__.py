@@ -1,21 +1,28 @@
 """pi_catalog: the ClickHouse index of episode metadata (chdb embedded, or a ClickHouse server).
 
-Derived from the lake's Delta `episodes` table (architecture decision 7). Users query the
-deduplicated view `episodes` in plain ClickHouse SQL:
+Derived from the lake's Delta `episodes` table (architecture decision 7): its visible rows (the
+latest attempt of each episode, deleted episodes left out), recreated atomically by
+`Catalog.rebuild`. Users query the deduplicated view `episodes` in plain ClickHouse SQL:
 
 Example:
     >>> from pi_catalog import Catalog
     >>> Catalog("/data/catalog").episode_ids("SELECT episode_id FROM episodes WHERE success")
 """
 
+from pi_catalog._backfills import BackfillRun, backfill_runs, record_backfill_run
 from pi_catalog._catalog import Catalog
 from pi_catalog._errors import CatalogLockTimeout, CatalogQueryError, PiCatalogError
 from pi_catalog._format import format_table
+from pi_catalog._rebuild import RebuildReport
 
 __all__ = [
+    "BackfillRun",
     "Catalog",
     "CatalogLockTimeout",
     "CatalogQueryError",
     "PiCatalogError",
+    "RebuildReport",
+    "backfill_runs",
     "format_table",
+    "record_backfill_run",
 ]

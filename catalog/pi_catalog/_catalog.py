@@ -2,7 +2,8 @@
 
 Sits after the lake sink in the data flow: the stream job records each committed batch of
 episodes here, `pilake sql` and `pi_loader.Dataset(sql=...)` query it. Delta stays the source of
-truth (architecture decision 7): `rebuild_from_lake` recreates the index from it.
+truth (architecture decision 7): `rebuild` recreates the index from the lake's visible rows and
+swaps it in atomically (`_rebuild`), and `forget_episodes` removes deleted episodes at once.
 
 Two deployments, one client API (clickhouse-connect): an embedded chdb engine on a local path,
 or a ClickHouse server over HTTP(S). A chdb path can be open in one process at a time: the
@@ -15,33 +16,49 @@ from __future__ import annotations
 import contextlib
 import json
 import time
-from collections.abc import Iterator, Mapping
+import uuid
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
+import pyarrow.compute as pc
 from pi_format import LakeLayout
+from pi_format.lake.visibility import read_deleted_ids
 
 from pi_catalog._connection import ServerLocation, connect, parse_location
 from pi_catalog._engine import Engine, embedded, release
 from pi_catalog._errors import CatalogQueryError, PiCatalogError
 from pi_catalog._parts import keep_parts_bounded
+from pi_catalog._rebuild import (
+    LakeEpisodes,
+    RebuildReport,
+    id_batches,
+    newly_deleted,
+    read_lake_episodes,
+    unique_ids,
+)
 from pi_catalog._schema import (
-    EPISODES_VIEW,
     FRESHNESS_ARROW_SCHEMA,
     FRESHNESS_DDL,
     FRESHNESS_TABLE,
     INDEX_TABLE,
-    INDEXED_FIELDS,
     SNAPSHOTS_DDL,
     SNAPSHOTS_TABLE,
     VIEW_DDL,
+    VIEW_REPLACE_DDL,
     index_ddl,
     index_rows,
 )
 
 # Rows per INSERT when rebuilding: bounds memory on a large lake, still few inserts.
 _REBUILD_BATCH_ROWS = 50_000
+# A rebuild carries over the rows recorded into the old index from this long before it
+# started: writers stamp `indexed_at` with their own clocks. Rows recorded earlier than that are
+# in the Delta version the rebuild reads (a writer records after its commit).
+_CARRY_MARGIN_MS = 60_000
+# `forget_episodes`: return only once the rows are masked for every new query.
+_DELETE_SETTINGS = {"lightweight_deletes_sync": 2, "mutations_sync": 2}
 
 
 @dataclass(slots=True)
@@ -218,14 +235,16 @@ class Catalog:
                 sql = f"INSERT INTO {FRESHNESS_TABLE} ({table.num_rows} rows)"
                 raise CatalogQueryError(str(err), sql) from err
 
-    def _insert(self, session: _Session, table: pa.Table) -> None:
+    def _insert(self, session: _Session, table: pa.Table, into: str = INDEX_TABLE) -> None:
         if table.num_rows == 0:
             return
         try:
-            session.client.insert_arrow(INDEX_TABLE, table)
+            session.client.insert_arrow(into, table)
         except Exception as err:
-            raise CatalogQueryError(str(err), f"INSERT INTO {INDEX_TABLE} ({table.num_rows} rows)") from err
-        if session.engine is not None:  # a server merges and cleans up in the background itself
+            raise CatalogQueryError(str(err), f"INSERT INTO {into} ({table.num_rows} rows)") from err
+        # a server merges and cleans up in the background itself; a rebuild's staging table
+        # gets few, large inserts
+        if session.engine is not None and into == INDEX_TABLE:
             session.engine.inserts += 1
             keep_parts_bounded(session.client, session.engine.inserts)
 
@@ -279,10 +298,56 @@ class Catalog:
             seen.setdefault(value.decode() if isinstance(value, bytes) else str(value), None)
         return list(seen)
 
-    def rebuild_from_lake(self, layout: LakeLayout) -> int:
-        """Drop the episode index and recreate it from the lake's Delta `episodes` table.
+    def forget_episodes(self, episode_ids: Sequence[str] | pa.Array | pa.ChunkedArray) -> int:
+        """Remove episodes from the index (they were deleted from the lake: `pilake episodes
+        delete` appends them to the `deletions` table first, then calls this).
 
-        Dataset snapshots are kept. Returns the number of episodes indexed.
+        Synchronous: every selection started after it returns leaves them out. Ids not in the
+        index are ignored; any number of ids works (they are bound in batches of ~16 KB).
+        An episode recorded again later (a replayed commit) shows up again: the `deletions`
+        table, applied by `rebuild`, stays the authority.
+
+        Returns:
+            how many episodes were in the index and are gone now.
+
+        Raises:
+            TypeError: episode_ids is a string, or holds a value that is not a string.
+            CatalogQueryError: ClickHouse rejected the delete.
+
+        Example:
+            >>> catalog.forget_episodes(["r1-000007", "r1-000012"])
+            2
+        """
+        ids = unique_ids(episode_ids)
+        if not ids:
+            return 0
+        with self._session() as session:
+            self._ensure(session)
+            return sum(self._forget(session.client, INDEX_TABLE, batch) for batch in id_batches(ids))
+
+    def _forget(self, client: Any, table: str, ids: list[str]) -> int:
+        params = {"ids": ids}
+        count_sql = f"SELECT count() AS n FROM {table} FINAL WHERE episode_id IN {{ids:Array(String)}}"
+        try:
+            present = int(client.query_arrow(count_sql, parameters=params).column("n")[0].as_py())
+        except Exception as err:
+            raise CatalogQueryError(str(err), count_sql) from err
+        if present:
+            # A lightweight delete: rows are masked at once and dropped by later merges. The sync
+            # settings (ClickHouse's defaults, pinned against a server profile that lowers them)
+            # make it return only once every new query leaves the rows out.
+            sql = f"DELETE FROM {table} WHERE episode_id IN {{ids:Array(String)}}"
+            try:
+                client.command(sql, parameters=params, settings=_DELETE_SETTINGS)
+            except Exception as err:
+                raise CatalogQueryError(str(err), f"{sql} ({len(ids)} ids)") from err
+        return present
+
+    def rebuild_from_lake(self, layout: LakeLayout) -> int:
+        """Recreate the episode index from the lake: `rebuild(layout).episodes`.
+
+        Returns:
+            the number of episodes indexed (the visible episodes of the lake).
 
         Raises:
             PiCatalogError: the lake has no episodes table at `layout.episodes`.
@@ -291,29 +356,113 @@ class Catalog:
             >>> Catalog("/data/catalog").rebuild_from_lake(LakeLayout("/data/lake"))
             1234
         """
-        from deltalake import DeltaTable
+        return self.rebuild(layout).episodes
 
+    def rebuild(self, layout: LakeLayout) -> RebuildReport:
+        """Recreate the episode index from the lake's Delta `episodes` table, atomically.
+
+        Indexes the visible rows only (pi_format.lake's rule: the latest attempt of each
+        episode, none of the episodes in the `deletions` table), read from one Delta version,
+        which the rows record as `episodes_version`. Memory stays bounded: the commit columns
+        of every row decide the winners, then the indexed columns stream in batches.
+
+        The new index is built in a staging table and swapped in with one `EXCHANGE TABLES`, so
+        a selection sees the complete old index or the complete new one, never a partial one;
+        on chdb other calls of the process (and other processes) run between the batches. Rows
+        that writers recorded while the rebuild ran are carried into the new index, episodes
+        deleted meanwhile are forgotten in it. A failed rebuild leaves the old index as it was.
+        `dataset_snapshots` and `episode_freshness` are not touched.
+
+        Returns:
+            a RebuildReport: episodes indexed, deleted episodes and superseded attempt rows left
+            out, the Delta version read, seconds taken.
+
+        Raises:
+            PiCatalogError: the lake has no episodes table at `layout.episodes`.
+            CatalogQueryError: ClickHouse rejected a statement (the old index stays).
+
+        Example:
+            >>> report = Catalog("/data/catalog").rebuild(LakeLayout("/data/lake"))
+            >>> report.episodes, report.deleted_excluded
+            (1234, 2)
+        """
+        started = time.monotonic()
+        # Rows recorded from here on (less a margin for writers' clocks) may be missing from
+        # the Delta version read: they are carried from the old index into the new one.
+        since_ms = time.time_ns() // 1_000_000 - _CARRY_MARGIN_MS
+        lake = read_lake_episodes(layout)
+        staging = f"{INDEX_TABLE}_rebuild_{uuid.uuid4().hex[:12]}"
+        swapped = False
         try:
-            delta = DeltaTable(layout.episodes)
-        except Exception as err:  # deltalake raises TableNotFoundError and friends
-            raise PiCatalogError(
-                f"cannot read the episodes table at {layout.episodes}: {err}; "
-                "check the lake root (PILAKE_LAKE)"
-            ) from err
-        version = int(delta.version())
-        dataset = delta.to_pyarrow_dataset()
-        names = [f.name for f in INDEXED_FIELDS]
-        rows = 0
-        with self._session() as session:
-            self._command(session.client, f"DROP VIEW IF EXISTS {EPISODES_VIEW}")
-            self._command(session.client, f"DROP TABLE IF EXISTS {INDEX_TABLE}")
-            session.ensured.clear()
-            self._ensure(session)
-            for batch in dataset.to_batches(columns=names, batch_size=_REBUILD_BATCH_ROWS):
-                table = index_rows(pa.Table.from_batches([batch]), version)
-                self._insert(session, table)
-                rows += table.num_rows
-        return rows
+            with self._session() as session:
+                self._ensure(session)
+                self._command(session.client, index_ddl(staging))
+            # One session per batch: on chdb the process's other calls are not held up for
+            # the whole rebuild; they read the old index meanwhile.
+            for table in lake.index_batches(_REBUILD_BATCH_ROWS):
+                with self._session() as session:
+                    self._insert(session, table, staging)
+            with self._session() as session:
+                count_sql = f"SELECT count() AS n FROM {staging} FINAL"
+                indexed = int(self._query(session.client, count_sql).column("n")[0].as_py())
+                self._command(session.client, f"EXCHANGE TABLES {staging} AND {INDEX_TABLE}")
+                swapped = True
+                try:
+                    self._command(session.client, VIEW_REPLACE_DDL)
+                    self._carry_over(session, layout, lake, staging, since_ms)
+                finally:
+                    self._command(session.client, f"DROP TABLE IF EXISTS {staging} SYNC")
+        finally:
+            if not swapped:
+                with contextlib.suppress(Exception), self._session() as session:
+                    self._command(session.client, f"DROP TABLE IF EXISTS {staging} SYNC")
+        return RebuildReport(
+            episodes=indexed,
+            deleted_excluded=lake.deleted_excluded,
+            superseded_rows=lake.superseded_rows,
+            episodes_version=lake.version,
+            seconds=time.monotonic() - started,
+        )
+
+    def _carry_over(
+        self, session: _Session, layout: LakeLayout, lake: LakeEpisodes, old: str, since_ms: int
+    ) -> None:
+        """After the swap: copy the rows recorded into the old index during the rebuild, of
+        Delta versions after the one read, into the new one; then forget the episodes deleted
+        during the rebuild (and any carried over that are deleted)."""
+        where = (
+            f"episodes_version > {lake.version} "
+            f"AND indexed_at >= fromUnixTimestamp64Milli(toInt64({since_ms}), 'UTC')"
+        )
+        carried = pa.array([], pa.string())
+        # an index of an older shape (EPISODES_SCHEMA grew since) has no rows to carry: its
+        # writers ran older code, and their rows would lack columns
+        if self._columns(session.client, old) == self._columns(session.client, INDEX_TABLE):
+            carried_sql = f"SELECT DISTINCT episode_id FROM {old} WHERE {where}"
+            carried = self._query(session.client, carried_sql).column("episode_id").cast(pa.string())
+        if len(carried):
+            self._command(session.client, f"INSERT INTO {INDEX_TABLE} SELECT * FROM {old} WHERE {where}")
+        deleted_now = read_deleted_ids(layout)
+        gone = set(newly_deleted(lake.deleted, deleted_now))
+        if len(carried) and len(deleted_now):
+            gone.update(unique_ids(carried.filter(pc.is_in(carried, value_set=deleted_now))))
+        for batch in id_batches(sorted(gone)):
+            self._forget(session.client, INDEX_TABLE, batch)
+
+    def _columns(self, client: Any, table: str) -> list[tuple[str, str]]:
+        sql = (
+            "SELECT name, type FROM system.columns WHERE database = currentDatabase() "
+            f"AND table = '{table}' ORDER BY position"
+        )
+        return [(str(r["name"]), str(r["type"])) for r in self._query(client, sql).to_pylist()]
+
+    @staticmethod
+    def _query(client: Any, sql: str) -> pa.Table:
+        try:
+            result: pa.Table = client.query_arrow(sql)
+        except Exception as err:
+            raise CatalogQueryError(str(err), sql) from err
+        return result
 
     # -- dataset snapshots (architecture decision 6) ---------------------------------------
 

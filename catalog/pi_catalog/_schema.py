@@ -1,8 +1,9 @@
 """ClickHouse DDL of the catalog and the Arrow shape of the rows inserted into it.
 
 The index table `episodes_index` is a ReplacingMergeTree keyed by episode_id: recording the same
-episode twice (a replayed commit, a rebuild) leaves one row after dedup. Users query the view
-`episodes`, which applies FINAL, so they never see a duplicate before a background merge.
+episode twice (a replayed commit) leaves one row after dedup. Users query the view `episodes`,
+which applies FINAL, so they never see a duplicate before a background merge. A rebuild fills a
+staging table of the same DDL (`index_ddl(name)`) and exchanges it with the index.
 """
 
 from __future__ import annotations
@@ -79,7 +80,11 @@ def index_ddl(table: str = INDEX_TABLE) -> str:
     )
 
 
-VIEW_DDL = f"CREATE VIEW IF NOT EXISTS {EPISODES_VIEW} AS SELECT * FROM {INDEX_TABLE} FINAL"
+_VIEW_QUERY = f"SELECT * FROM {INDEX_TABLE} FINAL"
+VIEW_DDL = f"CREATE VIEW IF NOT EXISTS {EPISODES_VIEW} AS {_VIEW_QUERY}"
+# A view keeps the columns its table had when it was created: after a rebuild swaps in an index
+# with other columns (EPISODES_SCHEMA grew), it is replaced, atomically, in the same step.
+VIEW_REPLACE_DDL = f"CREATE OR REPLACE VIEW {EPISODES_VIEW} AS {_VIEW_QUERY}"
 
 # Dataset snapshots (architecture decision 6) are written by a later issue; the table exists now
 # so that every catalog has the same shape. Snapshots are immutable, hence a plain MergeTree.

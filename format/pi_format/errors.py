@@ -55,3 +55,8 @@ class ProtocolError(PiFormatError):
 
 class VideoError(PiFormatError):
     """A video stream or chunk cannot be encoded or decoded."""
+
+
+class LakeError(PiFormatError):
+    """A lake-table operation cannot be done as asked (a pin name that is taken, a pin that does
+    not exist, files a rewrite needs that are gone)."""

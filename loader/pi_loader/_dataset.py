@@ -138,7 +138,7 @@ class Dataset:
             steps_cache_bytes=steps_cache_bytes,
             footer_cache_bytes=footer_cache_bytes,
         )
-        pinned = resolve_snapshot(snapshot, catalog, sql, episode_ids)
+        pinned = resolve_snapshot(snapshot, catalog, sql, episode_ids, self._layout)
         ids = (
             list(pinned.episode_ids)
             if pinned is not None

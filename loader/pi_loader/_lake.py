@@ -24,7 +24,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pi_format import LakeLayout
-from pi_format.lake import latest_commits
+from pi_format.lake import latest_commits, pinned_rows
 
 from pi_loader._cache import CacheConfig
 from pi_loader._episodes_rows import FILE_COLUMN, episodes_rows
@@ -248,8 +248,13 @@ def read_committed_episodes(
     storage: Storage,
     episode_ids: Sequence[str] | None,
     rows_directory: Path | None = None,
+    *,
+    deleted_ids: pa.Array | None = None,
+    attempt_ids: Sequence[str] | None = None,
 ) -> pa.Table:
-    """The episodes rows of `episode_ids` (all committed episodes when None), one per id, sorted.
+    """The episodes rows of `episode_ids` (all committed episodes when None), one per id, sorted:
+    the visible attempt of each (deleted episodes left out), or with `attempt_ids` (one per id,
+    a pin's pairs) exactly those attempts, superseded or deleted ones included.
 
     Columns are EPISODE_COLUMNS; locator columns a lake predates come back as nulls. With a
     `rows_directory` (`_episodes_rows`), a selection that spans many files is read from this
@@ -277,7 +282,11 @@ def read_committed_episodes(
             table = table.append_column(name, pa.nulls(table.num_rows))
     if table.num_rows == 0:
         return table
-    return latest_commits(table)
+    if attempt_ids is not None:
+        if ids is None:
+            raise ValueError("attempt_ids need the episode_ids they belong to")
+        return pinned_rows(table, ids, attempt_ids)
+    return latest_commits(table, deleted_ids)
 
 
 def _flat_matrix(column: pa.ChunkedArray, what: str, dtype: type) -> np.ndarray:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 
 import pyarrow.dataset as pads
 from pi_format import LakeLayout
-from pi_format.lake import latest_commits
+from pi_format.lake import pinned_rows
 from pi_format.stats import NormStats, merge_norm_stats
 
 from pi_loader._errors import SnapshotError
@@ -45,15 +45,16 @@ def read_norm_stats(
         SnapshotError: the episodes table at the pinned version lacks a selected attempt.
         SnapshotDataMissingError: its files are gone (vacuumed).
     """
-    files, _ = resolve_tables(layout, snapshot.table_versions, storage_options)
+    # the snapshot's exact rows, in whatever files hold them now (see _selection)
+    files, versions = resolve_tables(layout, None, storage_options)
     ids = list(snapshot.episode_ids)
     rows = _read(files, storage, ids, list(COLUMNS), pads.field("episode_id").isin(ids))
-    rows = latest_commits(rows) if rows.num_rows else rows
+    rows = pinned_rows(rows, ids, snapshot.attempt_ids) if rows.num_rows else rows
     got = rows.column("episode_id").to_pylist() if rows.num_rows else []
     if got != ids or rows.column("attempt_id").to_pylist() != list(snapshot.attempt_ids):
         raise SnapshotError(
-            f"the episodes table at version {snapshot.table_versions['episodes']} does not hold the "
-            f"snapshot's {len(ids)} committed attempts (found {len(got)} episodes)"
+            f"the episodes table at version {versions['episodes']} does not hold the "
+            f"snapshot's {len(ids)} episode attempts (found {len(got)}); GC removes attempts no pin holds"
         )
     # columns a lake predates (older rows) read as absent: the merge treats them as null
     merged = merge_norm_stats(rows, tuple(FEATURES.values()))

@@ -8,6 +8,7 @@ what the selected episodes hold (their cameras, step counts and video sizes).
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +17,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 from pi_format import LakeLayout
+from pi_format.lake import read_deleted_ids
 
-from pi_loader._errors import HorizonTooLongError, PiLoaderError, SnapshotError, UnknownCameraError
+from pi_loader._errors import (
+    HorizonTooLongError,
+    PiLoaderError,
+    SnapshotDataMissingError,
+    UnknownCameraError,
+)
 from pi_loader._lake import read_committed_episodes, resolve_tables
 from pi_loader._snapshot import Snapshot
 from pi_loader._spec import SampleSpec
@@ -61,8 +68,10 @@ def resolve_snapshot(
     catalog: str | None,
     sql: str | None,
     episode_ids: Sequence[str] | None,
+    layout: LakeLayout | None = None,
 ) -> Snapshot | None:
-    """The snapshot to reopen (loaded from the catalog when given by name), or None."""
+    """The snapshot to reopen, or None. A name is a dataset pin of the lake (`pilake dataset
+    create`, pi_format.lake.PinStore) or, failing that, a snapshot stored in the catalog."""
     if snapshot is None:
         return None
     if sql is not None or episode_ids is not None:
@@ -72,13 +81,44 @@ def resolve_snapshot(
     if isinstance(snapshot, Snapshot):
         return snapshot
     if isinstance(snapshot, str):
+        pinned = _lake_pin(layout, snapshot) if layout is not None else None
+        if pinned is not None:
+            return pinned
         if catalog is None:
             raise ValueError(
-                f"snapshot={snapshot!r} is a name in the catalog: pass catalog=... too, "
-                "or load a file with snapshot=Snapshot.load(path)"
+                f"snapshot={snapshot!r} is no dataset pin of the lake (`pilake dataset list`); for a "
+                "snapshot stored in the catalog pass catalog=... too, or load a file with "
+                "snapshot=Snapshot.load(path)"
             )
         return Snapshot.from_catalog(catalog, snapshot)
     raise TypeError(f"snapshot must be a Snapshot or a snapshot name, got {type(snapshot).__name__}")
+
+
+def _lake_pin(layout: LakeLayout, name: str) -> Snapshot | None:
+    """The lake's dataset pin `name` as a Snapshot, or None when the lake has no such pin."""
+    from pi_format.lake import PinStore
+    from pi_format.lake.pins import check_pin_name
+
+    try:
+        check_pin_name(name)
+    except ValueError:
+        return None  # not a pin name: maybe a catalog snapshot's
+    try:
+        store = PinStore(layout)
+    except Exception:  # no lake there (yet): the caller's error says what is missing
+        return None
+    for summary in store.summaries():
+        if summary.name == name:
+            pin = store.get(name)
+            return Snapshot(
+                lake_root=pin.lake_root or layout.root,
+                table_versions=pin.table_versions,
+                episode_ids=pin.episode_ids,
+                attempt_ids=pin.attempt_ids,
+                sql=pin.sql,
+                created_at_ns=pin.created_at_ns,
+            )
+    return None
 
 
 def resolve_ids(
@@ -123,25 +163,34 @@ def select_episodes(
     storage_options: Mapping[str, str] | None = None,
     rows_directory: Path | None = None,
 ) -> Selection:
-    """Pin the tables (at `pinned`'s versions, else the latest) and read the committed episodes
-    rows of `ids` (None: every committed episode). Reads the episodes table only: the rows'
-    locators say where the steps and video are, which are read later, sample by sample.
+    """Read the episodes rows of `ids` (None: every visible episode) at the tables' latest
+    versions: the visible attempts, or with `pinned` exactly its (episode, attempt) pairs, and
+    record the versions in a new snapshot (a `pinned` one is kept as it is). Reads the episodes
+    table only: the rows' locators say where the steps and video are, which are read later,
+    sample by sample.
 
     Raises:
-        SnapshotError: with `pinned`, an episode that is not committed at its versions or whose
-            committed attempt differs (the snapshot belongs to another lake).
+        SnapshotDataMissingError: with `pinned`, a pair whose row the lake no longer holds (GC
+            removed an unpinned attempt) or never held (the snapshot belongs to another lake).
         PiLoaderError: selected ids that are not committed (a stale catalog), or no episodes.
     """
-    episodes, versions = resolve_tables(
-        layout, None if pinned is None else pinned.table_versions, storage_options
-    )
-    rows = read_committed_episodes(episodes, storage, ids, rows_directory)
+    # A snapshot names rows, not files (decision 9): its (episode_id, attempt_id) pairs are read
+    # from the current table, whose files compaction may have rewritten and GC deleted since.
+    episodes, versions = resolve_tables(layout, None, storage_options)
+    if pinned is not None:
+        rows = read_committed_episodes(
+            episodes, storage, ids, rows_directory, attempt_ids=list(pinned.attempt_ids)
+        )
+        _check_pinned_rows(rows, pinned, layout, versions["episodes"])
+    else:
+        deleted = read_deleted_ids(layout, storage_options=storage_options)
+        rows = read_committed_episodes(episodes, storage, ids, rows_directory, deleted_ids=deleted)
     found = rows.column("episode_id").to_pylist() if rows.num_rows else []
-    if ids is not None:
+    if ids is not None and pinned is None:
         missing = sorted(set(ids) - set(found))
         if missing:
-            raise (SnapshotError if pinned is not None else PiLoaderError)(
-                f"{len(missing)} selected episode(s) are not committed in the lake at "
+            raise PiLoaderError(
+                f"{len(missing)} selected episode(s) are not committed (or were deleted) in the lake at "
                 f"{layout.episodes} (episodes version {versions['episodes']}): "
                 f"{missing[:5]}{' ...' if len(missing) > 5 else ''}; is the catalog stale? "
                 "`pilake catalog rebuild` re-derives it from the lake"
@@ -151,22 +200,20 @@ def select_episodes(
             "the selection has no episodes" + (f" (sql: {sql})" if sql else f" (lake: {layout.root})")
         )
     attempts = rows.column("attempt_id").to_pylist()
+    # A reopened snapshot keeps its identity (its recorded versions and time): its fingerprint,
+    # and so the sample order and any saved loader state, stay valid after compaction and GC.
     if pinned is not None:
-        want = dict(zip(pinned.episode_ids, pinned.attempt_ids, strict=True))
-        changed = [e for e, a in zip(found, attempts, strict=True) if want[e] != a]
-        if changed:
-            raise SnapshotError(
-                f"episodes {changed[:5]} have another committed attempt in the lake at the snapshot's "
-                f"versions than the snapshot records: the snapshot belongs to another lake"
-            )
-    snapshot = Snapshot(
+        return _selection(rows, dataclasses.replace(pinned, lake_root=layout.root))
+    return _selection(rows, Snapshot(
         lake_root=layout.root,
         table_versions=versions,
         episode_ids=tuple(found),
         attempt_ids=tuple(attempts),
-        sql=pinned.sql if pinned is not None else sql,
-        **({"created_at_ns": pinned.created_at_ns} if pinned is not None else {}),
-    )
+        sql=sql,
+    ))
+
+
+def _selection(rows: pa.Table, snapshot: Snapshot) -> Selection:
     return Selection(
         rows=rows,
         snapshot=snapshot,
@@ -179,6 +226,19 @@ def select_episodes(
             axis=1,
         ).astype(np.int32),
     )
+
+
+def _check_pinned_rows(rows: pa.Table, pinned: Snapshot, layout: LakeLayout, version: int) -> None:
+    """Every (episode, attempt) pair of `pinned` must have its row in the lake."""
+    got = set(zip(rows.column("episode_id").to_pylist(), rows.column("attempt_id").to_pylist(), strict=True))
+    lost = [(e, a) for e, a in zip(pinned.episode_ids, pinned.attempt_ids, strict=True) if (e, a) not in got]
+    if lost:
+        raise SnapshotDataMissingError(
+            f"{len(lost)} of the snapshot's {len(pinned.episode_ids)} episode attempts have no row in "
+            f"{layout.episodes} (version {version}), e.g. {lost[:3]}: the lake holds another committed "
+            "attempt or none, so the snapshot belongs to another lake, or GC removed rows no dataset "
+            "pin held (pin a selection with `pilake dataset create` to keep its rows)"
+        )
 
 
 # Joins an episode's camera names into one key; cannot occur in a camera name (SPEC.md §1.1).

@@ -8,6 +8,7 @@ the same calls on an embedded (chdb path) catalog and on the server catalog and 
 from __future__ import annotations
 
 import socket
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -17,10 +18,12 @@ import numpy as np
 import pyarrow as pa
 import pytest
 from pi_catalog import Catalog, CatalogQueryError, PiCatalogError
+from pi_catalog import _catalog as catalog_module
 from pi_catalog._connection import PASSWORD_ENV, USER_ENV
 from pi_format import EPISODES_SCHEMA
 from pi_format.lake.schemas import UNINDEXED_COLUMNS
 
+from tests.catalog.lake_edits import CountWatcher, delete_episodes, edited_lake_at, many_episodes_lake
 from tests.fixtures.clickhouse_http_double import RunningDouble, chdb_http_server
 from tests.fixtures.lake_factory import FakeLake, episode_rows, make_episode, write_lake
 
@@ -170,6 +173,47 @@ def test_rebuild_from_the_lake_is_the_same(both: tuple[Catalog, Catalog], lake: 
         assert catalog.rebuild_from_lake(lake.layout) == 3  # again: one row per episode
     got = _same(both, "SELECT * EXCEPT indexed_at FROM episodes ORDER BY episode_id")
     assert got.column("episode_id").to_pylist() == lake.episode_ids
+
+
+def test_rebuild_of_visible_rows_and_forget_are_the_same(
+    both: tuple[Catalog, Catalog], tmp_path: Path
+) -> None:
+    lake = edited_lake_at(tmp_path / "edited-lake")
+    reports = []
+    for catalog in both:
+        catalog.record_episodes(_rows(range(3)), episodes_version=0)
+        reports.append(catalog.rebuild(lake.layout))
+    assert [(r.episodes, r.deleted_excluded, r.superseded_rows) for r in reports] == [(2, 1, 2)] * 2
+    got = _same(both, "SELECT episode_id, attempt_id, task FROM episodes ORDER BY episode_id")
+    assert got.to_pylist() == [
+        {"episode_id": "ep-001", "attempt_id": "backfill-1", "task": "re-featurized"},
+        {"episode_id": "ep-002", "attempt_id": "attempt-2-ok", "task": "pick"},
+    ]
+    _same(both, "SELECT name FROM system.tables WHERE database = currentDatabase() ORDER BY name")
+    many = [f"gone-{i:06d}-{'x' * 20}" for i in range(5000)] + ["ep-002"]  # several batches of ids
+    assert [catalog.forget_episodes(many) for catalog in both] == [1, 1]
+    assert _same(both, "SELECT episode_id FROM episodes").column("episode_id").to_pylist() == ["ep-001"]
+
+
+def test_a_selection_during_a_server_rebuild_sees_the_old_or_the_new_index(
+    both: tuple[Catalog, Catalog], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    remote = both[1]
+    layout = many_episodes_lake(str(tmp_path / "many-lake"), 2000)
+    assert remote.rebuild_from_lake(layout) == 2000
+    delete_episodes(layout, [f"ep-{i:05d}" for i in range(0, 2000, 4)])  # 500 of them
+    monkeypatch.setattr(catalog_module, "_REBUILD_BATCH_ROWS", 200)
+    with CountWatcher(Catalog(remote.location)) as watcher:
+        time.sleep(0.3)
+        start = time.monotonic()
+        assert remote.rebuild_from_lake(layout) == 1500
+        end = time.monotonic()
+        time.sleep(0.3)
+    assert not watcher.errors, watcher.errors
+    counts = [n for _, n in watcher.samples]
+    assert set(counts) <= {2000, 1500}, sorted(set(counts))
+    assert watcher.between(start, end).count(2000) >= 2
+    assert counts[-1] == 1500
 
 
 def test_dataset_selects_by_sql_and_snapshot_name_through_the_server(

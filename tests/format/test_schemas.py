@@ -20,11 +20,14 @@ from pi_format import (
 
 
 def test_table_names() -> None:
-    assert set(TABLE_SCHEMAS) == {"raw", "episodes", "steps", "video", "quarantine", "quarantine_releases"}
+    assert set(TABLE_SCHEMAS) == {
+        "raw", "episodes", "steps", "video", "quarantine", "quarantine_releases", "deletions", "pins"
+    }
     assert TABLE_SCHEMAS["episodes"] is EPISODES_SCHEMA
 
 
-@pytest.mark.parametrize("schema", list(TABLE_SCHEMAS.values()))
+# deletions and pins name episodes (a pin its attempts in lists), they hold no attempt's rows
+@pytest.mark.parametrize("schema", [s for n, s in TABLE_SCHEMAS.items() if n not in ("deletions", "pins")])
 def test_every_table_carries_attempt_id(schema: pa.Schema) -> None:
     # The visibility rule joins on (episode_id, attempt_id): every table must carry both.
     assert schema.field("attempt_id").type == pa.string()
@@ -70,15 +73,17 @@ def test_nullable_columns_are_the_documented_ones() -> None:
     }
     assert nullable == {
         "raw": ["chunk_index", "episode_id"],
-        # the locator and the mergeable statistics (pi_format.stats)
+        # the locator, the mergeable statistics (pi_format.stats) and the lineage (a backfill's)
         "episodes": sorted(
-            ["steps_file", "steps_row_group", "video_file", "video_row_groups"]
+            ["steps_file", "steps_row_group", "video_file", "video_row_groups", "featurizer"]
             + [f"{k}_{c}" for k in ("proprio", "action") for c in ("mean64", "m2", "sketch")]
         ),
         "steps": [],
         "video": [],
         "quarantine": ["episode_id"],
         "quarantine_releases": [],
+        "deletions": [],
+        "pins": ["sql"],
     }
 
 

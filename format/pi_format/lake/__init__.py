@@ -8,12 +8,17 @@ contract the wire protocol is for transport; pi_format is the one package every 
 reader already depends on, and it imports no other pi package (SPEC.md §7).
 """
 
-from pi_format.lake._files import STEPS_ROW_GROUP_STEPS
+from pi_format.lake._commit import commit_actions
+from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, table_filesystem, write_file
 from pi_format.lake.layout import LakeLayout
+from pi_format.lake.pins import Pin, PinStore, PinSummary, content_hash
 from pi_format.lake.schemas import (
+    DELETIONS_SCHEMA,
     EPISODES_SCHEMA,
+    LINEAGE_COLUMNS,
     LOCATOR_COLUMNS,
     NORM_STATS_COLUMNS,
+    PINS_SCHEMA,
     QUARANTINE_RELEASES_SCHEMA,
     QUARANTINE_SCHEMA,
     RAW_SCHEMA,
@@ -26,7 +31,9 @@ from pi_format.lake.tables import TABLE_CONFIGURATION, ensure_lake_tables, table
 from pi_format.lake.visibility import (
     COMMIT_COLUMNS,
     latest_commits,
+    pinned_rows,
     read_committed,
+    read_deleted_ids,
     read_visible,
     visible_mask,
     visible_rows,
@@ -44,9 +51,12 @@ from pi_format.lake.writer import (
 
 __all__ = [
     "COMMIT_COLUMNS",
+    "DELETIONS_SCHEMA",
     "EPISODES_SCHEMA",
+    "LINEAGE_COLUMNS",
     "LOCATOR_COLUMNS",
     "NORM_STATS_COLUMNS",
+    "PINS_SCHEMA",
     "QUARANTINE_RELEASES_SCHEMA",
     "QUARANTINE_SCHEMA",
     "RAW_SCHEMA",
@@ -63,13 +73,23 @@ __all__ = [
     "GroupCommit",
     "LakeLayout",
     "LakeWriter",
+    "Pin",
+    "PinStore",
+    "PinSummary",
+    "WrittenFile",
     "bucket_app_id",
+    "commit_actions",
+    "content_hash",
     "ensure_lake_tables",
     "latest_commits",
+    "pinned_rows",
     "read_committed",
+    "read_deleted_ids",
     "read_visible",
+    "table_filesystem",
     "table_writer_properties",
     "visible_mask",
     "visible_rows",
+    "write_file",
     "writer_app_id",
 ]

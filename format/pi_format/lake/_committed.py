@@ -1,5 +1,9 @@
 """Which episodes are committed: the writer's memory of the episodes table.
 
+Each visible marker is remembered with its `featurizer` (the lineage column: null for the stream
+job's own attempts, "<name>@<version>" for a backfill's), so a superseding commit
+(`LakeWriter.commit_episodes(..., supersede=True)`) knows whether an episode already carries it.
+
 Read in full once when a writer opens (one projected scan of the commit markers), then kept up
 to date from only the episodes files that other writers added since (`refresh`), found in the
 JSON commits of the versions since the last refresh rather than in the table's file list, so its
@@ -23,6 +27,8 @@ from pi_format.lake.visibility import COMMIT_COLUMNS
 # More new versions than this since the last refresh: list the table's files instead of reading
 # each version's JSON commit (a writer that slept while others committed).
 _MAX_LOG_READS = 64
+# The lineage column: read only from files that have it (older files predate it: null).
+FEATURIZER_COLUMN = "featurizer"
 
 
 def read_file(uri: str, columns: list[str] | None = None, filters: Any = None) -> pa.Table:
@@ -32,7 +38,7 @@ def read_file(uri: str, columns: list[str] | None = None, filters: Any = None) -
 
 
 class CommittedEpisodes:
-    """episode_id -> (attempt_id, committed_at_ns) of the visible commit marker.
+    """episode_id -> (attempt_id, committed_at_ns, featurizer) of the visible commit marker.
 
     Example:
         >>> committed = CommittedEpisodes(delta_table)
@@ -45,8 +51,9 @@ class CommittedEpisodes:
         self._table = table
         self._version = -1  # the table version of the last refresh
         self._known_files: set[str] = set()
-        # episode_id -> (attempt_id, committed_at_ns, index into _files of its marker's file)
-        self._visible: dict[str, tuple[str, int, int]] = {}
+        # episode_id -> (attempt_id, committed_at_ns, index into _files of its marker's file,
+        # featurizer or None)
+        self._visible: dict[str, tuple[str, int, int, str | None]] = {}
         self._files: list[str] = []
         self.refresh()
 
@@ -56,6 +63,17 @@ class CommittedEpisodes:
     def attempt(self, episode_id: str) -> str | None:
         found = self._visible.get(episode_id)
         return found[0] if found is not None else None
+
+    def featurizer(self, episode_id: str) -> str | None:
+        """The `featurizer` of the visible marker of `episode_id` (None: the stream job's own,
+        or not committed)."""
+        found = self._visible.get(episode_id)
+        return found[3] if found is not None else None
+
+    def committed_at_ns(self, episode_id: str) -> int | None:
+        """committed_at_ns of the visible marker of `episode_id` (None: not committed)."""
+        found = self._visible.get(episode_id)
+        return found[1] if found is not None else None
 
     def marker_file(self, episode_id: str) -> str | None:
         """URI of the file holding the visible marker of `episode_id` (None: not committed)."""
@@ -110,7 +128,7 @@ class CommittedEpisodes:
     def _learn(self, uris: list[str]) -> list[str]:
         learned: list[str] = []
         for uri in uris:
-            rows = read_file(uri, list(COMMIT_COLUMNS))
+            rows = _read_markers(uri)
             self._known_files.add(uri)
             self._merge(uri, rows)
             learned += [str(e) for e in rows.column("episode_id").to_pylist()]
@@ -119,14 +137,32 @@ class CommittedEpisodes:
     def _merge(self, uri: str, rows: pa.Table) -> None:
         file_index = len(self._files)
         self._files.append(uri)
-        for eid, attempt, at_ns in zip(
+        featurizers = (
+            rows.column(FEATURIZER_COLUMN).to_pylist()
+            if FEATURIZER_COLUMN in rows.column_names
+            else [None] * rows.num_rows
+        )
+        for eid, attempt, at_ns, featurizer in zip(
             rows.column("episode_id").to_pylist(),
             rows.column("attempt_id").to_pylist(),
             rows.column("committed_at_ns").to_pylist(),
+            featurizers,
             strict=True,
         ):
             known = self._visible.get(eid)
             # latest_commits' rule (pi_format.lake.visibility), for one pair at a time
             # (equal: the same marker in a newer file, e.g. after compaction: point at that one)
             if known is None or (at_ns, attempt) >= (known[1], known[0]):
-                self._visible[eid] = (attempt, at_ns, file_index)
+                self._visible[eid] = (attempt, at_ns, file_index, featurizer)
+
+
+def _read_markers(uri: str) -> pa.Table:
+    """COMMIT_COLUMNS and, where the file has it, the featurizer column of one episodes file
+    (files written before the lineage column lack it; asking pq.read_table for it would fail)."""
+    filesystem, path = table_filesystem(uri)
+    with filesystem.open_input_file(path) as handle:
+        parquet = pq.ParquetFile(handle)
+        columns = list(COMMIT_COLUMNS)
+        if FEATURIZER_COLUMN in parquet.schema_arrow.names:
+            columns.append(FEATURIZER_COLUMN)
+        return parquet.read(columns=columns)

@@ -55,5 +55,13 @@ class LakeLayout:
         return self.table("quarantine_releases")
 
     @property
+    def deletions(self) -> str:
+        return self.table("deletions")
+
+    @property
+    def pins(self) -> str:
+        return self.table("pins")
+
+    @property
     def is_local(self) -> bool:
         return "://" not in self.root or self.root.startswith("file://")

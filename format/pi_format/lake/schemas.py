@@ -76,6 +76,9 @@ EPISODES_SCHEMA = pa.schema(
         pa.field("action_mean64", f64_list),
         pa.field("action_m2", f64_list),
         pa.field("action_sketch", pa.binary()),
+        # Lineage: "<name>@<version>" of the featurizer that made this attempt (a backfill's,
+        # `pilake backfill`); null for the stream job's own featurizer (and rows before backfills).
+        pa.field("featurizer", pa.string()),
     ]
 )
 
@@ -92,9 +95,11 @@ NORM_STATS_COLUMNS = (
     "action_m2",
     "action_sketch",
 )
+# Where an attempt came from (a backfill's featurizer); the catalog records backfills apart.
+LINEAGE_COLUMNS = ("featurizer",)
 # Every episodes column the catalog leaves out; all of them nullable (added after the first
 # lakes were written: `ensure_lake_tables` adds them to an older table).
-UNINDEXED_COLUMNS = LOCATOR_COLUMNS + NORM_STATS_COLUMNS
+UNINDEXED_COLUMNS = LOCATOR_COLUMNS + NORM_STATS_COLUMNS + LINEAGE_COLUMNS
 
 STEPS_SCHEMA = pa.schema(
     [
@@ -161,6 +166,38 @@ QUARANTINE_RELEASES_SCHEMA = pa.schema(
     ]
 )
 
+# One row per deleted episode (`pilake episodes delete`): the episode leaves every new selection
+# at once (the visibility rule, SPEC.md §7.7, drops deleted ids) and its rows are removed by the
+# next GC once no dataset pin holds them. Append-only; an episode id deleted twice counts once.
+DELETIONS_SCHEMA = pa.schema(
+    [
+        pa.field("episode_id", pa.string(), nullable=False),
+        pa.field("deletion_id", pa.string(), nullable=False),  # one per `delete` call
+        pa.field("reason", pa.string(), nullable=False),  # the operator's words ("consent withdrawn")
+        pa.field("selection", pa.string(), nullable=False),  # the SQL (or ids) that chose it
+        pa.field("deleted_at_ns", pa.int64(), nullable=False),
+    ]
+)
+
+# Dataset pins (`pilake dataset create`, SPEC.md §7.9): one row, in one data file of its own,
+# per live pin; deleting a pin removes its file from the table. A pin names the exact rows it
+# reads, (episode_id, attempt_id) per episode, so compaction and GC may move and delete files
+# freely while GC keeps every row a live pin names (architecture decision 9).
+PINS_SCHEMA = pa.schema(
+    [
+        pa.field("name", pa.string(), nullable=False),
+        pa.field("created_at_ns", pa.int64(), nullable=False),
+        pa.field("sql", pa.string()),  # null: chosen by ids, not SQL
+        pa.field("lake_root", pa.string(), nullable=False),  # informational
+        # JSON {"episodes": v, "steps": v, "video": v}: the versions the pin was taken at
+        pa.field("table_versions", pa.string(), nullable=False),
+        pa.field("episode_ids", pa.list_(pa.string()), nullable=False),  # sorted
+        pa.field("attempt_ids", pa.list_(pa.string()), nullable=False),  # same order
+        # sha256 of the pinned rows' identity and shape (pi_format.lake.pins.content_hash)
+        pa.field("content_hash", pa.string(), nullable=False),
+    ]
+)
+
 TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "raw": RAW_SCHEMA,
     "episodes": EPISODES_SCHEMA,
@@ -168,4 +205,6 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "video": VIDEO_SCHEMA,
     "quarantine": QUARANTINE_SCHEMA,
     "quarantine_releases": QUARANTINE_RELEASES_SCHEMA,
+    "deletions": DELETIONS_SCHEMA,
+    "pins": PINS_SCHEMA,
 }

@@ -16,7 +16,16 @@ from pi_format.lake.schemas import TABLE_SCHEMAS, UNINDEXED_COLUMNS
 
 # Rows per Parquet row group of the tables written through delta-rs (raw, quarantine): small
 # groups keep one message's read small. steps and video are laid out by `_files` instead.
-_ROW_GROUP_ROWS = {"steps": 1024, "video": 64, "raw": 64, "episodes": 1024, "quarantine": 1024}
+_ROW_GROUP_ROWS = {
+    "steps": 1024,
+    "video": 64,
+    "raw": 64,
+    "episodes": 1024,
+    "quarantine": 1024,
+    "quarantine_releases": 1024,
+    "deletions": 1024,
+    "pins": 1,
+}
 
 
 def row_group_sizes(name: str, num_rows: int) -> list[int]:

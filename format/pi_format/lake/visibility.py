@@ -4,7 +4,10 @@ A row of `steps` or `video` is visible only through the `episodes` row with the 
 (episode_id, attempt_id): the episodes row is the commit marker, written last (see
 `pi_format.lake.writer`). Rows of attempts that never committed are garbage awaiting GC. Should a
 re-commit ever leave two episodes rows for one episode, the latest commit wins (ties broken by
-attempt_id), so the choice is deterministic for every reader.
+attempt_id), so the choice is deterministic for every reader: that is how a backfill's new
+attempt supersedes the stream job's. An episode listed in the `deletions` table is not visible
+at all, whatever its attempts (`pilake episodes delete`); its rows stay readable by the exact
+(episode_id, attempt_id) pairs a dataset pin names (`pinned_rows`) until GC removes them.
 
 The two functions that decide visibility (`latest_commits`, `visible_rows`) are pure Arrow and
 take tables the caller already read, so a reader with its own file access (pi_loader reads
@@ -29,8 +32,9 @@ _KEY_SEP = "\x1f"
 COMMIT_COLUMNS = ("episode_id", "attempt_id", "committed_at_ns")
 
 
-def latest_commits(episodes: pa.Table) -> pa.Table:
-    """The visible episodes rows: one per episode_id, sorted by episode_id.
+def latest_commits(episodes: pa.Table, deleted_ids: pa.Array | Sequence[str] | None = None) -> pa.Table:
+    """The visible episodes rows: one per episode_id, sorted by episode_id, none of the episodes
+    in `deleted_ids` (the `deletions` table's ids, `read_deleted_ids`).
 
     `episodes` must hold at least COMMIT_COLUMNS; other columns come along.
 
@@ -57,7 +61,59 @@ def latest_commits(episodes: pa.Table) -> pa.Table:
     )
     ids = pc.take(episodes.column("episode_id"), order).to_numpy(zero_copy_only=False)
     first = np.concatenate([[True], ids[1:] != ids[:-1]])
-    return episodes.take(pc.filter(order, pa.array(first)))
+    winners = episodes.take(pc.filter(order, pa.array(first)))
+    if deleted_ids is not None and len(deleted_ids):
+        gone = pc.is_in(winners.column("episode_id"), value_set=pa.array(deleted_ids, pa.string()))
+        winners = winners.filter(pc.invert(gone))
+    return winners
+
+
+def pinned_rows(episodes: pa.Table, episode_ids: Sequence[str], attempt_ids: Sequence[str]) -> pa.Table:
+    """The episodes rows of exactly the (episode_id, attempt_id) pairs a dataset pin names, one
+    per pair that `episodes` holds (deleted or superseded attempts included), sorted by
+    episode_id. Pairs the rows lack are simply absent: the caller compares counts.
+
+    Example:
+        >>> pinned_rows(all_rows, ["r1-000001"], ["5c0f..."]).num_rows
+        1
+    """
+    if len(episode_ids) != len(attempt_ids):
+        raise ValueError(f"{len(episode_ids)} episode ids but {len(attempt_ids)} attempt ids")
+    if episodes.num_rows == 0 or not len(episode_ids):
+        return episodes.slice(0, 0)
+    wanted = pc.binary_join_element_wise(
+        pa.array(list(episode_ids), pa.string()), pa.array(list(attempt_ids), pa.string()), _KEY_SEP
+    )
+    rows = episodes.filter(pc.is_in(_keys(episodes), value_set=wanted))
+    if rows.num_rows == 0:
+        return rows
+    # a pair twice (e.g. a file being compacted read in both layouts) counts once
+    order = pc.sort_indices(rows.select(["episode_id", "attempt_id"]), sort_keys=[
+        ("episode_id", "ascending"), ("attempt_id", "ascending")])
+    rows = rows.take(order)
+    keys = _keys(rows)
+    if isinstance(keys, pa.ChunkedArray):
+        keys = keys.combine_chunks()
+    key_values = keys.to_numpy(zero_copy_only=False)
+    first = np.concatenate([[True], key_values[1:] != key_values[:-1]])
+    return rows.filter(pa.array(first))
+
+
+def read_deleted_ids(
+    layout: LakeLayout, *, version: int | None = None, storage_options: Mapping[str, str] | None = None
+) -> pa.Array:
+    """The ids of the deleted episodes (the `deletions` table; empty for a lake older than it).
+
+    Example:
+        >>> read_deleted_ids(LakeLayout("/data/lake")).to_pylist()
+        ['r1-000007']
+    """
+    try:
+        table = _delta_table(layout, "deletions", version, storage_options)
+    except Exception:  # deltalake's TableNotFoundError: a lake made before deletions existed
+        return pa.array([], pa.string())
+    ids = table.to_pyarrow_table(columns=["episode_id"]).column("episode_id")
+    return pc.unique(ids.combine_chunks()) if len(ids) else pa.array([], pa.string())
 
 
 def _keys(table: pa.Table) -> pa.ChunkedArray | pa.Array:
@@ -104,7 +160,7 @@ def read_committed(
     """
     wanted = None if columns is None else list(dict.fromkeys([*COMMIT_COLUMNS, *columns]))
     table = _delta_table(layout, "episodes", version, storage_options).to_pyarrow_table(columns=wanted)
-    committed = latest_commits(table)
+    committed = latest_commits(table, read_deleted_ids(layout, storage_options=storage_options))
     return committed if columns is None else committed.select(list(dict.fromkeys(["episode_id", *columns])))
 
 
@@ -128,7 +184,8 @@ def read_visible(
     committed = latest_commits(
         _delta_table(layout, "episodes", versions.get("episodes"), storage_options).to_pyarrow_table(
             columns=list(COMMIT_COLUMNS)
-        )
+        ),
+        read_deleted_ids(layout, storage_options=storage_options),
     )
     wanted = None if columns is None else list(dict.fromkeys([*columns, "episode_id", "attempt_id"]))
     rows = _delta_table(layout, name, versions.get(name), storage_options).to_pyarrow_table(

@@ -19,6 +19,12 @@ of the same writer). delta-rs re-tries plain concurrent appends itself, but rais
 CommitFailedError when a commit that won meanwhile carries one of the same application ids;
 then the writer re-reads what was committed, drops those episodes as duplicates and re-tries
 the rest.
+
+Superseding attempts (a backfill, `pilake backfill`): with `supersede=True` an episode is a
+duplicate only when its visible marker already carries the same `featurizer` as the new row;
+otherwise the new marker is committed with a committed_at_ns later than the visible one's, so it
+wins the visibility rule (latest commit) for every new reader, while the old attempt's rows stay
+for the dataset pins that name them. The same bucket transactions catch two writers racing.
 """
 
 from __future__ import annotations
@@ -199,11 +205,21 @@ class LakeWriter:
         """
         return self.commit_episodes([episode_rows]).version
 
-    def commit_episodes(self, batch: Sequence[EpisodeRows], *, raw: pa.Table | None = None) -> GroupCommit:
+    def commit_episodes(
+        self, batch: Sequence[EpisodeRows], *, raw: pa.Table | None = None, supersede: bool = False
+    ) -> GroupCommit:
         """Commit a group of episodes: `raw` rows (what arrived, kept even if nothing commits),
         then steps, video, and last the episodes rows, one Delta commit per table. Episodes
         already committed (by anyone) are skipped and reported as duplicates; an episode id
         twice in `batch` counts once (the first).
+
+        Args:
+            batch: the episodes' rows.
+            raw: raw rows to append first (None: none).
+            supersede: commit a new visible attempt of episodes that are already committed (a
+                backfill): an episode is then a duplicate only when its visible marker already
+                has the new row's `featurizer`; the new marker's committed_at_ns is moved past
+                the visible one's if needed, so it wins the visibility rule.
 
         Example:
             >>> writer.commit_episodes([rows_a, rows_b], raw=raw_rows).committed
@@ -224,7 +240,8 @@ class LakeWriter:
         # refresh) keeps known duplicates out without a snapshot update; an episode another
         # writer committed since is caught at the markers' read point below (its rows written
         # here are then never made visible, and GC removes them).
-        fresh = sorted(e for e in unique if self._committed.attempt(e) is None)
+        featurizers = {e: _featurizer(r.episode) for e, r in unique.items()}
+        fresh = sorted(e for e in unique if not self._is_done(e, featurizers[e], supersede))
         duplicates = sorted({*repeated, *(e for e in unique if e not in fresh)})
         if not fresh:
             return GroupCommit(-1, (), tuple(duplicates), _empty_markers())
@@ -232,15 +249,37 @@ class LakeWriter:
         # The markers' read point: Delta checks the markers commit against every commit since
         # this refresh, so a writer that commits one of these episodes after it makes ours fail.
         self._committed.refresh()
-        keep = [i for i, e in enumerate(fresh) if self._committed.attempt(e) is None]
+        keep = [i for i, e in enumerate(fresh) if not self._is_done(e, featurizers[e], supersede)]
         markers = markers.take(pa.array(keep, pa.int64()))
         if self._on_stage is not None:
             self._on_stage(STAGE_ROWS_WRITTEN)
-        version, committed, markers = self._commit_markers(markers) if keep else (-1, [], _empty_markers())
+        version, committed, markers = (
+            self._commit_markers(markers, supersede=supersede) if keep else (-1, [], _empty_markers())
+        )
         duplicates = sorted({*duplicates, *(e for e in fresh if e not in committed)})
         if version >= 0 and self._on_stage is not None:
             self._on_stage(STAGE_COMMITTED)
         return GroupCommit(version, tuple(committed), tuple(duplicates), markers)
+
+    def _is_done(self, episode_id: str, featurizer: str | None, supersede: bool) -> bool:
+        """Whether committing `episode_id` now would be a duplicate: it is committed at all
+        (supersede=False), or its visible marker already has `featurizer` (supersede=True)."""
+        if self._committed.attempt(episode_id) is None:
+            return False
+        return not supersede or self._committed.featurizer(episode_id) == featurizer
+
+    def _after_visible(self, markers: pa.Table) -> pa.Table:
+        """`markers` with each committed_at_ns moved past its episode's visible marker's (a
+        superseding attempt must win the latest-commit rule even against a clock that lags)."""
+        stamps = markers.column("committed_at_ns").to_pylist()
+        moved = []
+        for eid, at_ns in zip(markers.column("episode_id").to_pylist(), stamps, strict=True):
+            visible = self._committed.committed_at_ns(eid)
+            moved.append(at_ns if visible is None or at_ns > visible else visible + 1)
+        if moved == stamps:
+            return markers
+        index = markers.schema.get_field_index("committed_at_ns")
+        return markers.set_column(index, markers.schema.field(index), pa.array(moved, pa.int64()))
 
     def _commit_files(
         self,
@@ -340,14 +379,19 @@ class LakeWriter:
             footer_statistics=name != "video",
         )
 
-    def _commit_markers(self, markers: pa.Table) -> tuple[int, list[str], pa.Table]:
+    def _commit_markers(
+        self, markers: pa.Table, *, supersede: bool = False
+    ) -> tuple[int, list[str], pa.Table]:
         """Commit the episodes rows; re-try without the episodes a concurrent writer committed
-        first. Returns (version or -1, the ids committed, their rows)."""
+        first (with `supersede`: that already carry the same featurizer). Returns (version or
+        -1, the ids committed, their rows)."""
         from deltalake.exceptions import CommitFailedError
 
         episodes = self._tables["episodes"]
         for attempt in range(_COMMIT_ATTEMPTS):
             ids = [str(e) for e in markers.column("episode_id").to_pylist()]
+            if supersede:
+                markers = self._after_visible(markers)
             written = write_file(
                 self.layout.episodes,
                 markers,
@@ -368,7 +412,8 @@ class LakeWriter:
                 _remove_uncommitted(self.layout.episodes, written)
                 # Lost a race: learn what the winners committed, keep only what is still ours.
                 self._committed.refresh()
-                keep = [i for i, e in enumerate(ids) if self._committed.attempt(e) is None]
+                tags = markers.column("featurizer").to_pylist()
+                keep = [i for i, e in enumerate(ids) if not self._is_done(e, tags[i], supersede)]
                 if not keep:
                     return -1, [], _empty_markers()
                 if attempt + 1 == _COMMIT_ATTEMPTS:
@@ -422,6 +467,14 @@ def _conform(name: str, rows: pa.Table) -> pa.Table:
         raise ValueError(
             f"rows for table {name!r} must match pi_format.TABLE_SCHEMAS[{name!r}]: {err}"
         ) from err
+
+
+def _featurizer(episode: pa.Table) -> str | None:
+    """The `featurizer` of a one-row episodes table (None when the column is absent or null)."""
+    if "featurizer" not in episode.column_names:
+        return None
+    value = episode.column("featurizer")[0].as_py()
+    return None if value is None else str(value)
 
 
 def _empty_markers() -> pa.Table:

@@ -16,10 +16,13 @@ from pi_format.jsonlog import EVENT_LOG_DIR_ENV
 
 from pi_jobs.cli import (
     _audit,
+    _backfill,
     _catalog,
     _config,
+    _dataset,
     _freshness,
     _ingest,
+    _maintenance,
     _quality,
     _quarantine,
     _stack,
@@ -41,6 +44,9 @@ _COMMAND_GROUPS = (
     _config,
     _ingest,
     _stream,
+    _backfill,
+    _dataset,
+    _maintenance,
     _quarantine,
     _catalog,
     _audit,

@@ -23,8 +23,12 @@ def _cmd_catalog_rebuild(settings: Settings, args: argparse.Namespace) -> int:
     from pi_catalog import Catalog
     from pi_format import LakeLayout
 
-    rows = Catalog(settings.catalog_path).rebuild_from_lake(LakeLayout(settings.lake_root))
-    print(f"catalog: rebuilt from {settings.lake_root}: {rows} episodes")
+    report = Catalog(settings.catalog_path).rebuild(LakeLayout(settings.lake_root))
+    print(
+        f"catalog: rebuilt from {settings.lake_root} (episodes version {report.episodes_version}): "
+        f"{report.episodes} episodes indexed, {report.deleted_excluded} deleted excluded, "
+        f"{report.superseded_rows} superseded attempts skipped, {report.seconds:.1f} s"
+    )
     return 0
 
 
@@ -38,6 +42,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
 
     p = sub.add_parser("catalog", help="catalog maintenance")
     csub = p.add_subparsers(dest="catalog_command", required=True)
-    csub.add_parser("rebuild", help="rebuild the index from the Delta tables").set_defaults(
-        func=_cmd_catalog_rebuild
-    )
+    csub.add_parser(
+        "rebuild", help="rebuild the index from the lake's visible episodes (atomic swap)"
+    ).set_defaults(func=_cmd_catalog_rebuild)

@@ -89,8 +89,12 @@ class AuditInputs:
     confirmed: Mapping[str, str] = field(default_factory=dict)
     # the episode_id of each raw-table row (None: the message had no key)
     raw_episode_ids: Sequence[str | None] = ()
-    # (episode_id, attempt_id) of each episodes-table row
+    # (episode_id, attempt_id) of each episodes-table row of the visible lineage: the rows made
+    # by the featurizer of the episode's visible attempt (the stream job's, or a backfill's that
+    # superseded it); two of them for one episode are a duplicate, a backfill's new attempt is not
     visible_rows: Sequence[tuple[str, str]] = ()
+    # episode ids in the lake's deletions table (`pilake episodes delete`): accounted for, not missing
+    deleted: Collection[str] = ()
     quarantine_rows: Sequence[QuarantineRecord] = ()
     # episode ids with a quarantine_releases row (their quarantine rows are closed)
     released: Collection[str] = ()
@@ -130,6 +134,7 @@ class AuditReport:
     missing_ids: tuple[str, ...] = ()
     duplicated_ids: tuple[str, ...] = ()
     spool_dirs: tuple[str, ...] = ()
+    deleted: int = 0  # deleted by an operator (`pilake episodes delete`): in, accounted for
 
     @property
     def catalog_agrees(self) -> bool:
@@ -155,7 +160,8 @@ def reconcile(inputs: AuditInputs) -> AuditReport:
         >>> (r.episodes_in, r.visible, r.missing, r.missing_ids)
         (2, 1, 1, ('e2',))
     """
-    rows_per_id = Counter(eid for eid, _ in inputs.visible_rows)
+    deleted = set(inputs.deleted)
+    rows_per_id = Counter(eid for eid, _ in inputs.visible_rows if eid not in deleted)
     visible = set(rows_per_id)
     duplicated = {eid for eid, n in rows_per_id.items() if n > 1}
     catalog_missing: tuple[str, ...] = ()
@@ -178,13 +184,13 @@ def reconcile(inputs: AuditInputs) -> AuditReport:
         if seen is None or q.quarantined_at_ns >= seen[0]:
             latest_reason[key] = (q.quarantined_at_ns, q.reason)
     # open rows: rows without an id always; others unless committed later or released
-    closed = visible | set(inputs.released)
+    closed = visible | set(inputs.released) | deleted
     quarantined = {key for key in latest_reason if key in without_id or key not in closed}
 
     received = {eid for eid in inputs.raw_episode_ids if eid is not None}
     submitted = {eid for eid, n in inputs.submitted.items() if n > 0}
-    episodes_in = submitted | received | visible | set(latest_reason)
-    missing = episodes_in - visible - quarantined
+    episodes_in = submitted | received | visible | set(latest_reason) | deleted
+    missing = episodes_in - visible - quarantined - deleted
     by_reason = Counter(latest_reason[eid][1] for eid in quarantined)
     return AuditReport(
         episodes_in=len(episodes_in),
@@ -207,6 +213,7 @@ def reconcile(inputs: AuditInputs) -> AuditReport:
         missing_ids=tuple(sorted(missing)),
         duplicated_ids=tuple(sorted(duplicated)),
         spool_dirs=tuple(inputs.spool_dirs),
+        deleted=len(deleted & episodes_in),
     )
 
 
@@ -243,6 +250,7 @@ def format_report(report: AuditReport, *, lake_root: str = "") -> str:
             if report.quarantined_without_id
             else ""
         ),
+        f"  deleted      {report.deleted:>8}   by operators (pilake episodes delete)",
         f"  missing      {report.missing:>8}{ids(report.missing_ids)}",
         f"  duplicated   {report.duplicated:>8}{ids(report.duplicated_ids)}",
         f"  records: {report.raw_records} in the raw table ({report.raw_records_without_id} without a key), "

@@ -44,7 +44,8 @@ log = logging.getLogger("pi_jobs.ops.audit")
 
 
 def _read_table(path: str, columns: list[str]) -> Any:
-    """Columns of a Delta table, or None when the table does not exist yet."""
+    """Columns of a Delta table (those of `columns` it has), or None when the table does not
+    exist yet."""
     from deltalake import DeltaTable
     from deltalake.exceptions import TableNotFoundError
 
@@ -54,7 +55,10 @@ def _read_table(path: str, columns: list[str]) -> Any:
         return None
     except Exception as err:  # unreadable log, permissions: say which table
         raise AuditError(f"cannot read the Delta table at {path}: {err}") from err
-    return table.to_pyarrow_table(columns=columns)
+    import pyarrow as pa
+
+    have = set(pa.schema(table.schema().to_arrow()).names)
+    return table.to_pyarrow_table(columns=[c for c in columns if c in have])
 
 
 def read_spools(spool_dirs: Sequence[Path]) -> tuple[dict[str, int], dict[str, str]]:
@@ -110,21 +114,14 @@ def collect(
     """
     submitted, confirmed = read_spools(spool_dirs)
     raw = _read_table(layout.raw, ["episode_id"])
-    episodes = _read_table(layout.episodes, ["episode_id", "attempt_id"])
+    episodes = _read_table(layout.episodes, ["episode_id", "attempt_id", "committed_at_ns", "featurizer"])
     quarantine = _read_table(
         layout.quarantine,
         ["episode_id", "reason", "kafka_topic", "kafka_partition", "kafka_offsets", "quarantined_at_ns"],
     )
     releases = _read_table(layout.table("quarantine_releases"), ["episode_id"])
-    visible_rows: list[tuple[str, str]] = []
-    if episodes is not None:
-        visible_rows = list(
-            zip(
-                episodes.column("episode_id").to_pylist(),
-                episodes.column("attempt_id").to_pylist(),
-                strict=True,
-            )
-        )
+    visible_rows = [] if episodes is None else _lineage_rows(episodes)
+    deletions = _read_table(layout.deletions, ["episode_id"])
     quarantine_rows: list[QuarantineRecord] = []
     if quarantine is not None:
         for row in quarantine.to_pylist():
@@ -149,10 +146,34 @@ def collect(
         visible_rows=visible_rows,
         quarantine_rows=quarantine_rows,
         released=[] if releases is None else releases.column("episode_id").to_pylist(),
+        deleted=[] if deletions is None else deletions.column("episode_id").to_pylist(),
         catalog_ids=catalog_ids,
         topic=topic,
         spool_dirs=[str(p) for p in spool_dirs],
     )
+
+
+def _lineage_rows(episodes: Any) -> list[tuple[str, str]]:
+    """(episode_id, attempt_id) of the episodes rows made by the featurizer of each episode's
+    visible attempt (`latest_commits`): a backfill's new attempt supersedes the stream job's
+    without being a duplicate of it, while two rows of one featurizer are."""
+    from pi_format.lake import latest_commits
+
+    if episodes.num_rows == 0:
+        return []
+    lineage = (
+        episodes.column("featurizer").to_pylist()
+        if "featurizer" in episodes.column_names
+        else [None] * episodes.num_rows
+    )
+    winners = latest_commits(episodes.select(["episode_id", "attempt_id", "committed_at_ns"]))
+    winning = dict(
+        zip(winners.column("episode_id").to_pylist(), winners.column("attempt_id").to_pylist(), strict=True)
+    )
+    ids = episodes.column("episode_id").to_pylist()
+    attempts = episodes.column("attempt_id").to_pylist()
+    winner_lineage = {e: f for e, a, f in zip(ids, attempts, lineage, strict=True) if winning.get(e) == a}
+    return [(e, a) for e, a, f in zip(ids, attempts, lineage, strict=True) if winner_lineage.get(e) == f]
 
 
 def _catalog_ids(catalog_path: str) -> list[str]:

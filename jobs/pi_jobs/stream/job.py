@@ -25,21 +25,9 @@ def build_job(config: StreamJobConfig) -> Any:
     from pi_jobs.stream.connector_jars import ensure_connector_jars
 
     jars = ensure_connector_jars(config.jar_dir)
-    import pyflink.java_gateway
+    prepare_python_workers(config.log_dir)
 
-    config.log_dir.mkdir(parents=True, exist_ok=True)
-    # FLINK_LOG_DIR is read once, when the JVM gateway starts (the first job of this process):
-    # logs go under work_dir rather than into site-packages/pyflink/log. A later job in the
-    # same process shares that JVM and so its log dir; `_effective_log_dir` says which.
-    if pyflink.java_gateway._gateway is None:
-        os.environ["FLINK_LOG_DIR"] = str(config.log_dir.absolute())
-    # numpy in the worker was 3x slower under core contention with OpenBLAS threads.
-    os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    # Process mode: thread mode (pemja) hits a PyFlink bug, and loopback mode would run the
-    # Python functions inside this driver process.
-    os.environ["_python_worker_execution_mode"] = "process"  # noqa: SIM112 - PyFlink's own name
-
-    from pyflink.common import Configuration, Types
+    from pyflink.common import Types
     from pyflink.datastream import StreamExecutionEnvironment
     from pyflink.table import StreamTableEnvironment
 
@@ -62,26 +50,7 @@ def build_job(config: StreamJobConfig) -> Any:
             f"(logs in {config.log_dir.absolute()})"
         ) from err
 
-    conf = Configuration()
-    conf.set_string("python.executable", sys.executable)  # "No module named pyflink" otherwise
-    conf.set_string("python.client.executable", sys.executable)
-    # 1 MB records: a small bundle keeps the worker's input buffer (and latency) small.
-    conf.set_string("python.fn-execution.bundle.size", "8")
-    conf.set_string("python.fn-execution.bundle.time", "200")
-    # With checkpointing on, Flink otherwise restarts forever and failures look like hangs.
-    # Exponential delay with a bounded number of attempts: the job fails after RESTART_ATTEMPTS
-    # restarts in a row, each failure following the last restart by less than the reset
-    # threshold. A job that runs for days survives an occasional failure (a broker restart: the
-    # count resets after 10 healthy minutes), while a persistent one (an unwritable lake) fails
-    # after the same number of attempts however slowly a loaded machine restarts. failure-rate
-    # (3 per 5 min) did not: on a busy CI machine 4 failures took longer than 5 minutes.
-    conf.set_string("restart-strategy.type", "exponential-delay")
-    conf.set_string("restart-strategy.exponential-delay.attempts-before-reset-backoff", str(RESTART_ATTEMPTS))
-    conf.set_string("restart-strategy.exponential-delay.reset-backoff-threshold", "10 min")
-    conf.set_string("restart-strategy.exponential-delay.initial-backoff", "2 s")
-    conf.set_string("restart-strategy.exponential-delay.backoff-multiplier", "2.0")
-    conf.set_string("restart-strategy.exponential-delay.max-backoff", "30 s")
-    conf.set_string("restart-strategy.exponential-delay.jitter-factor", "0.1")
+    conf = python_worker_configuration()
     conf.set_string("execution.checkpointing.interval", f"{config.checkpoint_interval_ms} ms")
     conf.set_string("execution.checkpointing.storage", "filesystem")
     checkpoint_dir = config.checkpoint_dir or (config.work_dir / "checkpoints").absolute().as_uri()
@@ -151,6 +120,52 @@ def build_job(config: StreamJobConfig) -> Any:
         .print()  # PyFlink needs a sink; the lake sink emits nothing, so this prints nothing
     )
     return env
+
+
+def prepare_python_workers(log_dir: Path) -> None:
+    """The process environment every pi-lake Flink job (stream, backfill) needs before its
+    environment is created: Flink's log dir, one OpenBLAS thread, process mode."""
+    import pyflink.java_gateway
+
+    log_dir.mkdir(parents=True, exist_ok=True)
+    # FLINK_LOG_DIR is read once, when the JVM gateway starts (the first job of this process):
+    # logs go under work_dir rather than into site-packages/pyflink/log. A later job in the
+    # same process shares that JVM and so its log dir; `_effective_log_dir` says which.
+    if pyflink.java_gateway._gateway is None:
+        os.environ["FLINK_LOG_DIR"] = str(log_dir.absolute())
+    # numpy in the worker was 3x slower under core contention with OpenBLAS threads.
+    os.environ["OPENBLAS_NUM_THREADS"] = "1"
+    # Process mode: thread mode (pemja) hits a PyFlink bug, and loopback mode would run the
+    # Python functions inside this driver process.
+    os.environ["_python_worker_execution_mode"] = "process"  # noqa: SIM112 - PyFlink's own name
+
+
+def python_worker_configuration() -> Any:
+    """A pyflink Configuration with the Python worker settings and the bounded restart
+    strategy every pi-lake Flink job (stream, backfill) uses."""
+    from pyflink.common import Configuration
+
+    conf = Configuration()
+    conf.set_string("python.executable", sys.executable)  # "No module named pyflink" otherwise
+    conf.set_string("python.client.executable", sys.executable)
+    # 1 MB records: a small bundle keeps the worker's input buffer (and latency) small.
+    conf.set_string("python.fn-execution.bundle.size", "8")
+    conf.set_string("python.fn-execution.bundle.time", "200")
+    # With checkpointing on, Flink otherwise restarts forever and failures look like hangs.
+    # Exponential delay with a bounded number of attempts: the job fails after RESTART_ATTEMPTS
+    # restarts in a row, each failure following the last restart by less than the reset
+    # threshold. A job that runs for days survives an occasional failure (a broker restart: the
+    # count resets after 10 healthy minutes), while a persistent one (an unwritable lake) fails
+    # after the same number of attempts however slowly a loaded machine restarts. failure-rate
+    # (3 per 5 min) did not: on a busy CI machine 4 failures took longer than 5 minutes.
+    conf.set_string("restart-strategy.type", "exponential-delay")
+    conf.set_string("restart-strategy.exponential-delay.attempts-before-reset-backoff", str(RESTART_ATTEMPTS))
+    conf.set_string("restart-strategy.exponential-delay.reset-backoff-threshold", "10 min")
+    conf.set_string("restart-strategy.exponential-delay.initial-backoff", "2 s")
+    conf.set_string("restart-strategy.exponential-delay.backoff-multiplier", "2.0")
+    conf.set_string("restart-strategy.exponential-delay.max-backoff", "30 s")
+    conf.set_string("restart-strategy.exponential-delay.jitter-factor", "0.1")
+    return conf
 
 
 def effective_log_dir(config: StreamJobConfig) -> Path:

@@ -1,0 +1,1 @@
+"""Benchmarks of a lake's maintenance over its life (compaction, GC)."""

@@ -1,0 +1,457 @@
+"""Rewriting committed episodes into new files: the lake-table protocol's half for maintenance
+(compaction merges small files, GC drops rows no one needs), written once here (SPEC.md §7.10).
+
+The unit is a *file group*: episodes files and the steps and video files their markers' locators
+name, closed under that relation. A group commit makes one (one file per table); a rewrite
+makes larger ones. A rewrite reads the markers it keeps, copies exactly their rows (an
+episode's steps row groups and video rows, found through its locator) into new files laid out
+as `LakeWriter` lays them out (SPEC.md §7.8), gives the markers their new locators, and commits,
+per table in the commit order of §7.7 — steps, then video, then episodes last — the new files
+together with the removal of the group's old ones (`data_change=false`: the same rows). Between
+those commits the current markers still name the old files, which stay on disk until GC finds
+no marker naming them, so a reader never meets a missing file. A rewrite that dies before its
+episodes commit leaves new steps and video files no marker names: GC removes them.
+
+Memory is bounded by `target_file_bytes`: groups are taken in order, the rows of as many as fit
+are read, sorted by episode_id (one episode's rows stay together: a block-shuffled sample reads
+neighbouring steps) and written as one new file group.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from pi_format.errors import LakeError
+from pi_format.lake._commit import commit_actions, file_sizes
+from pi_format.lake._files import (
+    STEPS_ROW_GROUP_STEPS,
+    WrittenFile,
+    sort_steps,
+    sort_video,
+    table_filesystem,
+    write_file,
+)
+from pi_format.lake.layout import LakeLayout
+from pi_format.lake.schemas import LOCATOR_COLUMNS, TABLE_SCHEMAS
+from pi_format.lake.tables import ensure_lake_tables
+
+# Columns of the episodes table a plan reads for every marker (the full rows are read per batch).
+PLAN_COLUMNS = ("episode_id", "attempt_id", "committed_at_ns", "step_count", "steps_file", "video_file")
+# The tables a rewrite replaces files of, in the commit order of SPEC.md §7.7.
+REWRITTEN_TABLES = ("steps", "video", "episodes")
+_DEFAULT_TARGET_FILE_BYTES = 128 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class FileGroup:
+    """Episodes files and the steps and video files their markers name (paths as in the log)."""
+
+    episodes_files: tuple[str, ...]
+    steps_files: tuple[str, ...]
+    video_files: tuple[str, ...]
+    size_bytes: int  # steps + video bytes
+    markers: int  # marker rows in its episodes files
+
+
+@dataclass(frozen=True, slots=True)
+class LakeFiles:
+    """The markers of the current episodes table (PLAN_COLUMNS plus `file`, the episodes file
+    holding each) and the file groups they form; what compaction and GC plan from."""
+
+    markers: pa.Table
+    groups: tuple[FileGroup, ...]
+    sizes: dict[str, dict[str, int]]  # table -> path -> bytes, current snapshot
+    modified_ms: dict[str, dict[str, int]]  # table -> path -> add action modification time
+    rows: dict[str, dict[str, int]]  # table -> path -> row count (add action statistics; -1 unknown)
+    versions: dict[str, int]
+
+
+@dataclass(slots=True)
+class RewriteResult:
+    """What a rewrite did, per table."""
+
+    markers_kept: int = 0
+    groups: int = 0
+    files_removed: dict[str, int] = field(default_factory=dict)
+    files_added: dict[str, int] = field(default_factory=dict)
+    bytes_removed: dict[str, int] = field(default_factory=dict)
+    bytes_added: dict[str, int] = field(default_factory=dict)
+    versions: dict[str, int] = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def read_lake_files(layout: LakeLayout) -> LakeFiles:
+    """Plan input: every marker row of the current episodes table (all attempts) with its file,
+    and the file groups. Reads PLAN_COLUMNS only (a few dozen bytes per episode).
+
+    Example:
+        >>> [g.markers for g in read_lake_files(LakeLayout("/data/lake")).groups][:3]
+        [32, 32, 17]
+    """
+    import pyarrow.dataset as pads
+
+    tables = ensure_lake_tables(layout)
+    sizes: dict[str, dict[str, int]] = {}
+    modified: dict[str, dict[str, int]] = {}
+    rows: dict[str, dict[str, int]] = {}
+    versions: dict[str, int] = {}
+    for name in REWRITTEN_TABLES:
+        table = tables[name]
+        actions = pa.table(table.get_add_actions(flatten=True))
+        paths = actions.column("path").to_pylist()
+        sizes[name] = dict(
+            zip(paths, (int(s) for s in actions.column("size_bytes").to_pylist()), strict=True)
+        )
+        stamps = actions.column("modification_time").cast(pa.int64()).to_pylist()
+        modified[name] = dict(zip(paths, (int(m or 0) for m in stamps), strict=True))
+        counts = (
+            actions.column("num_records").to_pylist()
+            if "num_records" in actions.column_names
+            else [None] * len(paths)
+        )
+        rows[name] = dict(zip(paths, (-1 if c is None else int(c) for c in counts), strict=True))
+        versions[name] = int(table.version())
+    fs, base = table_filesystem(layout.episodes)
+    episode_paths = sorted(sizes["episodes"])
+    schema = pa.schema(tables["episodes"].schema().to_arrow())
+    if episode_paths:
+        dataset = pads.dataset(
+            [f"{base}/{p}" for p in episode_paths], format="parquet", schema=schema, filesystem=fs
+        )
+        markers = dataset.to_table(columns=[*PLAN_COLUMNS, "__filename"])
+        prefix = len(base) + 1
+        files = pc.utf8_slice_codeunits(markers.column("__filename"), prefix)
+        markers = markers.drop_columns(["__filename"]).append_column("file", files)
+    else:
+        markers = pa.schema(
+            [schema.field(c) for c in PLAN_COLUMNS] + [pa.field("file", pa.string())]
+        ).empty_table()
+    return LakeFiles(markers, _groups(markers, sizes), sizes, modified, rows, versions)
+
+
+def _groups(markers: pa.Table, sizes: dict[str, dict[str, int]]) -> tuple[FileGroup, ...]:
+    """Union-find over (episodes file, steps file, video file) of every marker."""
+    parent: dict[str, str] = {}
+
+    def find(x: str) -> str:
+        while parent.setdefault(x, x) != x:
+            parent[x] = parent[parent[x]]
+            x = parent[x]
+        return x
+
+    def union(a: str, b: str) -> None:
+        ra, rb = find(a), find(b)
+        if ra != rb:
+            parent[rb] = ra
+
+    counts: dict[str, int] = {}
+    for file, steps, video in zip(
+        markers.column("file").to_pylist(),
+        markers.column("steps_file").to_pylist(),
+        markers.column("video_file").to_pylist(),
+        strict=True,
+    ):
+        key = f"e:{file}"
+        find(key)
+        counts[key] = counts.get(key, 0) + 1
+        if steps:
+            union(key, f"s:{steps}")
+        if video:
+            union(key, f"v:{video}")
+    members: dict[str, list[str]] = {}
+    for node in list(parent):
+        members.setdefault(find(node), []).append(node)
+    groups = []
+    for nodes in members.values():
+        by_kind: dict[str, list[str]] = {"e": [], "s": [], "v": []}
+        for node in nodes:
+            by_kind[node[0]].append(node[2:])
+        size = sum(sizes["steps"].get(p, 0) for p in by_kind["s"]) + sum(
+            sizes["video"].get(p, 0) for p in by_kind["v"]
+        )
+        groups.append(
+            FileGroup(
+                episodes_files=tuple(sorted(by_kind["e"])),
+                steps_files=tuple(sorted(by_kind["s"])),
+                video_files=tuple(sorted(by_kind["v"])),
+                size_bytes=size,
+                markers=sum(counts.get(f"e:{p}", 0) for p in by_kind["e"]),
+            )
+        )
+    return tuple(sorted(groups, key=lambda g: g.episodes_files))
+
+
+class _SourceFiles:
+    """Open Parquet files of one table, and the (episode_id, attempt_id) of each video row."""
+
+    def __init__(self, table_uri: str) -> None:
+        self._fs, self._base = table_filesystem(table_uri)
+        self._files: dict[str, pq.ParquetFile] = {}
+        self._ids: dict[str, tuple[np.ndarray, np.ndarray]] = {}
+
+    def file(self, path: str) -> pq.ParquetFile:
+        found = self._files.get(path)
+        if found is None:
+            try:
+                found = pq.ParquetFile(self._fs.open_input_file(f"{self._base}/{path}"))
+            except FileNotFoundError as err:
+                raise LakeError(
+                    f"{self._base}/{path} is named by a marker's locator but gone; run `pilake audit` "
+                    "and do not delete data files by hand"
+                ) from err
+            self._files[path] = found
+        return found
+
+    def ids(self, path: str) -> tuple[np.ndarray, np.ndarray]:
+        found = self._ids.get(path)
+        if found is None:
+            table = self.file(path).read(columns=["episode_id", "attempt_id"])
+            found = (
+                table.column("episode_id").to_numpy(zero_copy_only=False),
+                table.column("attempt_id").to_numpy(zero_copy_only=False),
+            )
+            self._ids[path] = found
+        return found
+
+    def close(self) -> None:
+        self._files.clear()
+        self._ids.clear()
+
+
+def _steps_of(source: _SourceFiles, marker: dict[str, Any]) -> pa.Table:
+    path, first, count = marker["steps_file"], marker["steps_row_group"], int(marker["step_count"])
+    if not path or first is None or first < 0 or count == 0:
+        return TABLE_SCHEMAS["steps"].empty_table()
+    parquet = source.file(path)
+    group_rows = parquet.metadata.row_group(first).num_rows
+    groups = list(range(first, first + math.ceil(count / group_rows)))
+    rows = parquet.read_row_groups(groups)
+    _check_rows(rows, marker, count, f"steps file {path}")
+    return rows
+
+
+def _video_of(source: _SourceFiles, marker: dict[str, Any]) -> pa.Table:
+    path, starts = marker["video_file"], marker["video_row_groups"]
+    if not path or not starts:
+        return TABLE_SCHEMAS["video"].empty_table()
+    episode_ids, attempt_ids = source.ids(path)
+    start = int(min(starts))
+    mine = (episode_ids == marker["episode_id"]) & (attempt_ids == marker["attempt_id"])
+    rows_at = np.flatnonzero(mine)
+    if not len(rows_at) or rows_at[0] != start or rows_at[-1] - start + 1 != len(rows_at):
+        raise LakeError(
+            f"video rows of {marker['episode_id']}/{marker['attempt_id']} in {path} are not the "
+            f"contiguous run at row {start} its locator names"
+        )
+    parquet = source.file(path)
+    if parquet.metadata.num_row_groups == parquet.metadata.num_rows:  # one row per group (§7.8)
+        return parquet.read_row_groups(list(range(start, start + len(rows_at))))
+    return parquet.read().slice(start, len(rows_at))
+
+
+def _check_rows(rows: pa.Table, marker: dict[str, Any], count: int, where: str) -> None:
+    first_rows = rows.slice(0, count)
+    ok = (
+        rows.num_rows >= count
+        and pc.all(pc.equal(first_rows.column("episode_id"), marker["episode_id"])).as_py()
+        and pc.all(pc.equal(first_rows.column("attempt_id"), marker["attempt_id"])).as_py()
+    )
+    if not ok:
+        raise LakeError(
+            f"{where} does not hold the {count} rows of {marker['episode_id']}/{marker['attempt_id']} "
+            "where its locator says; the lake is inconsistent: run `pilake audit`"
+        )
+
+
+def _batches(groups: Sequence[FileGroup], target_file_bytes: int) -> Iterator[list[FileGroup]]:
+    batch: list[FileGroup] = []
+    size = 0
+    for group in groups:
+        if batch and size + group.size_bytes > target_file_bytes:
+            yield batch
+            batch, size = [], 0
+        batch.append(group)
+        size += group.size_bytes
+    if batch:
+        yield batch
+
+
+def _key(episode_ids: Sequence[str], attempt_ids: Sequence[str]) -> pa.Array:
+    return pc.binary_join_element_wise(
+        pa.array(list(episode_ids), pa.string()), pa.array(list(attempt_ids), pa.string()), "\x1f"
+    )
+
+
+def rewrite_groups(
+    layout: LakeLayout,
+    groups: Sequence[FileGroup],
+    keep: Callable[[pa.Table], pa.Array] | None = None,
+    *,
+    target_file_bytes: int = _DEFAULT_TARGET_FILE_BYTES,
+    writer_id: str = "rewrite",
+    steps_group_steps: int = STEPS_ROW_GROUP_STEPS,
+    progress: Callable[[int, int], None] | None = None,
+) -> RewriteResult:
+    """Rewrite `groups` into new file groups of up to ~`target_file_bytes` each, keeping the
+    markers for which `keep(markers)` is True (all when None) and exactly their rows, and
+    remove the old files; see the module docstring for the commit order.
+
+    Example:
+        >>> plan = read_lake_files(layout)
+        >>> rewrite_groups(layout, [g for g in plan.groups if g.size_bytes < 8 << 20]).files_added
+        {'steps': 1, 'video': 1, 'episodes': 1}
+    """
+    started = time.monotonic()
+    result = RewriteResult()
+    if not groups:
+        return result
+    if target_file_bytes < 1:
+        raise ValueError(f"target_file_bytes must be >= 1, got {target_file_bytes}")
+    tables = ensure_lake_tables(layout)
+    sizes = {name: file_sizes(tables[name]) for name in REWRITTEN_TABLES}
+    written: dict[str, list[WrittenFile]] = {name: [] for name in REWRITTEN_TABLES}
+    steps_source, video_source = _SourceFiles(layout.steps), _SourceFiles(layout.video)
+    schema = pa.schema(tables["episodes"].schema().to_arrow())
+    e_fs, e_base = table_filesystem(layout.episodes)
+    done = 0
+    try:
+        for batch in _batches(groups, target_file_bytes):
+            import pyarrow.dataset as pads
+
+            paths = [f"{e_base}/{p}" for g in batch for p in g.episodes_files]
+            markers = pads.dataset(paths, format="parquet", schema=schema, filesystem=e_fs).to_table()
+            markers = _conform_markers(markers)
+            if keep is not None and markers.num_rows:
+                markers = markers.filter(keep(markers))
+            markers = markers.sort_by([("episode_id", "ascending"), ("attempt_id", "ascending")])
+            # one marker per pair: a row read twice (a duplicated file) is kept once
+            keys = _key(markers.column("episode_id").to_pylist(), markers.column("attempt_id").to_pylist())
+            values = keys.to_numpy(zero_copy_only=False)
+            if len(values):
+                first = np.concatenate([[True], values[1:] != values[:-1]])
+                markers = markers.filter(pa.array(first))
+            if markers.num_rows:
+                for name, file in _write_group(
+                    layout, markers, steps_source, video_source, writer_id, steps_group_steps
+                ):
+                    written[name].append(file)
+            result.markers_kept += markers.num_rows
+            done += len(batch)
+            if progress is not None:
+                progress(done, len(groups))
+            steps_source.close()
+            video_source.close()
+    finally:
+        steps_source.close()
+        video_source.close()
+    old = {
+        "steps": sorted({p for g in groups for p in g.steps_files}),
+        "video": sorted({p for g in groups for p in g.video_files}),
+        "episodes": sorted({p for g in groups for p in g.episodes_files}),
+    }
+    for name in REWRITTEN_TABLES:  # steps, video, then episodes last (SPEC.md §7.7)
+        removes = [(p, sizes[name].get(p)) for p in old[name] if p in sizes[name]]
+        if not removes and not written[name]:
+            continue
+        result.versions[name] = commit_actions(
+            tables[name],
+            name,
+            adds=written[name],
+            removes=removes,
+            data_change=False,
+            operation="rewrite",
+        )
+        result.files_removed[name] = len(removes)
+        result.files_added[name] = len(written[name])
+        result.bytes_removed[name] = sum(int(s or 0) for _, s in removes)
+        result.bytes_added[name] = sum(w.size_bytes for w in written[name])
+    result.groups = len(groups)
+    result.seconds = time.monotonic() - started
+    return result
+
+
+def _conform_markers(markers: pa.Table) -> pa.Table:
+    schema = TABLE_SCHEMAS["episodes"]
+    for f in schema:
+        if f.name not in markers.column_names:
+            markers = markers.append_column(f, pa.nulls(markers.num_rows, f.type))
+    return markers.select(schema.names).cast(schema)
+
+
+def _write_group(
+    layout: LakeLayout,
+    markers: pa.Table,
+    steps_source: _SourceFiles,
+    video_source: _SourceFiles,
+    writer_id: str,
+    steps_group_steps: int,
+) -> list[tuple[str, WrittenFile]]:
+    """Copy the rows of `markers` (sorted) into one new steps, video and episodes file; returns
+    them, not committed."""
+    steps_parts: list[pa.Table] = []
+    steps_groups: list[int] = []
+    video_parts: list[pa.Table] = []
+    locator: dict[str, list[Any]] = {c: [] for c in LOCATOR_COLUMNS}
+    video_rows = 0
+    for marker in markers.select(
+        ["episode_id", "attempt_id", "step_count", "cameras", *LOCATOR_COLUMNS]
+    ).to_pylist():
+        if int(marker["step_count"]) and (not marker["steps_file"] or marker["video_row_groups"] is None):
+            raise LakeError(
+                f"episode {marker['episode_id']}/{marker['attempt_id']} was written before locators "
+                "existed (its rows are found only by scanning); such file groups are left as they are"
+            )
+        steps = _steps_of(steps_source, marker)
+        video = _video_of(video_source, marker)
+        steps, groups = (
+            sort_steps(steps.slice(0, int(marker["step_count"])), steps_group_steps)
+            if steps.num_rows
+            else (steps, [])
+        )
+        video, starts = sort_video(video, [str(c) for c in marker["cameras"]])
+        locator["steps_row_group"].append(len(steps_groups) if groups else -1)
+        locator["video_row_groups"].append([video_rows + s for s in starts])
+        steps_parts.append(steps)
+        steps_groups += groups
+        video_parts.append(video)
+        video_rows += video.num_rows
+    out: list[tuple[str, WrittenFile]] = []
+    steps_file = video_file = None
+    if steps_groups:
+        steps_file = write_file(
+            layout.steps, pa.concat_tables(steps_parts), steps_groups, writer_id=writer_id, compression="zstd"
+        )
+        out.append(("steps", steps_file))
+    if video_rows:
+        # one video row per row group, no footer statistics: as LakeWriter writes them (§7.8)
+        video_file = write_file(
+            layout.video,
+            pa.concat_tables(video_parts),
+            [1] * video_rows,
+            writer_id=writer_id,
+            compression="none",
+            footer_statistics=False,
+        )
+        out.append(("video", video_file))
+    locator["steps_file"] = [steps_file.relative_path if steps_file else None] * markers.num_rows
+    locator["video_file"] = [video_file.relative_path if video_file else None] * markers.num_rows
+    for column in LOCATOR_COLUMNS:
+        index = markers.schema.get_field_index(column)
+        field_ = markers.schema.field(index)
+        markers = markers.set_column(index, field_, pa.array(locator[column], field_.type))
+    out.append(
+        (
+            "episodes",
+            write_file(layout.episodes, markers, [markers.num_rows], writer_id=writer_id, compression="zstd"),
+        )
+    )
+    return out

@@ -1,0 +1,121 @@
+"""`pilake dataset create | list | show | delete`: dataset pins (pi_jobs.maintenance.datasets)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+
+from pi_jobs.settings import Settings
+
+
+def _cmd_create(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_format import LakeLayout
+
+    from pi_jobs.maintenance.datasets import create_dataset
+
+    pin = create_dataset(
+        LakeLayout(settings.lake_root),
+        args.name,
+        sql=args.sql,
+        episode_ids=args.episode_id or None,
+        catalog=settings.catalog_path if args.sql else None,
+    )
+    print(
+        f"dataset {pin.name}: {len(pin.episode_ids)} episodes pinned (content hash {pin.content_hash[:16]}, "
+        f"taken at versions {dict(pin.table_versions)})"
+    )
+    print(f"read it with Dataset(lake, snapshot={pin.name!r}, ...) or `pilake train --dataset {pin.name}`")
+    return 0
+
+
+def _cmd_list(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_format import LakeLayout
+    from pi_format.lake import PinStore
+
+    pins = PinStore(LakeLayout(settings.lake_root)).summaries()
+    if args.json:
+        print(
+            json.dumps(
+                [
+                    {
+                        "name": p.name,
+                        "episodes": p.episode_count,
+                        "content_hash": p.content_hash,
+                        "sql": p.sql,
+                        "created_at_ns": p.created_at_ns,
+                    }
+                    for p in pins
+                ],
+                indent=2,
+            )
+        )
+        return 0
+    if not pins:
+        print("no dataset pins (pilake dataset create NAME --sql ...)")
+    for p in pins:
+        created = time.strftime("%Y-%m-%d %H:%M:%S", time.gmtime(p.created_at_ns / 1e9))
+        print(
+            f"{p.name:<24} {p.episode_count:>8} episodes  {p.content_hash[:16]}  {created} UTC  {p.sql or ''}"
+        )
+    return 0
+
+
+def _cmd_show(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_format import LakeLayout
+
+    from pi_jobs.maintenance.datasets import check_dataset
+
+    check = check_dataset(LakeLayout(settings.lake_root), args.name)
+    pin = check.pin
+    info = {
+        "name": pin.name,
+        "sql": pin.sql,
+        "episodes": len(pin.episode_ids),
+        "content_hash": pin.content_hash,
+        "table_versions": dict(pin.table_versions),
+        "created_at_ns": pin.created_at_ns,
+        "rows_present": check.rows_present,
+        "intact": check.intact,
+        "first_episodes": [list(p) for p in list(zip(pin.episode_ids, pin.attempt_ids, strict=True))[:5]],
+    }
+    if args.json:
+        print(json.dumps(info, indent=2))
+    else:
+        for key, value in info.items():
+            print(f"{key:<16} {value}")
+    return 0 if check.intact else 2
+
+
+def _cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_format import LakeLayout
+
+    from pi_jobs.maintenance.datasets import delete_dataset
+
+    pin = delete_dataset(LakeLayout(settings.lake_root), args.name)
+    print(
+        f"dataset {pin.name}: deleted ({len(pin.episode_ids)} episodes); "
+        "`pilake gc` reclaims what only it held"
+    )
+    return 0
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register this group's commands on the `pilake` parser."""
+    p = sub.add_parser("dataset", help="dataset pins: the exact rows a named dataset reads, kept by GC")
+    dsub = p.add_subparsers(dest="dataset_command", required=True)
+    c = dsub.add_parser("create", help="pin the visible attempts of a selection under a name")
+    c.add_argument("name")
+    c.add_argument("--sql", default=None, help="ClickHouse SQL over the catalog returning episode_id")
+    c.add_argument("--episode-id", action="append", default=None, help="an episode to pin (repeatable)")
+    c.set_defaults(func=_cmd_create)
+    c = dsub.add_parser("list", help="the live pins")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_list)
+    c = dsub.add_parser("show", help="a pin, and whether all its rows are still in the lake (exit 2 if not)")
+    c.add_argument("name")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_show)
+    c = dsub.add_parser("delete", help="delete a pin (GC may then remove what only it held)")
+    c.add_argument("name")
+    c.set_defaults(func=_cmd_delete)

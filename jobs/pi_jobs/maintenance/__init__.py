@@ -1,0 +1,28 @@
+"""pi_jobs.maintenance: keeping a lake healthy for years (issue 12, SPEC.md §7.9-7.10).
+
+| module | command | what |
+| --- | --- | --- |
+| `datasets` | `pilake dataset create/list/show/delete` | dataset pins: the exact rows a named dataset reads |
+| `compaction` | `pilake compact` | merge the small files streaming leaves |
+| `gc` | `pilake gc` | remove superseded, deleted and uncommitted rows and unneeded files |
+| `deletion` | `pilake episodes delete` | take episodes out of every new selection; GC removes their bytes |
+
+The rewrite protocol they share (file groups, commit order) is `pi_format.lake.rewrite`.
+"""
+
+from pi_jobs.maintenance._lock import MaintenanceBusyError, maintenance_lock
+from pi_jobs.maintenance.compaction import CompactConfig, CompactReport, compact
+from pi_jobs.maintenance.gc import GcConfig, GcPlan, GcReport, gc, plan_gc
+
+__all__ = [
+    "CompactConfig",
+    "CompactReport",
+    "GcConfig",
+    "GcPlan",
+    "GcReport",
+    "MaintenanceBusyError",
+    "compact",
+    "gc",
+    "maintenance_lock",
+    "plan_gc",
+]

@@ -1,0 +1,185 @@
+"""`pilake compact`: merge the small files streaming leaves into large ones.
+
+The stream job commits one small file per table per group commit (a few dozen episodes), so a
+lake of 100,000 episodes holds thousands of files per table: every open lists and reads more of
+them, every checkpoint rewrites more add actions, and host indexes multiply. Compaction merges
+them:
+
+* `steps`, `video`, `episodes`: the markers' locators name files and row groups, so these are
+  rewritten together through the lake-table protocol (`pi_format.lake.rewrite`): small file
+  groups are merged into groups of ~`target_file_bytes`, each episode's rows contiguous and the
+  episodes sorted by id (locality for block-shuffled reads), the markers re-pointed, the commit
+  order of SPEC.md §7.7 kept, every row kept (superseded and deleted attempts too: what goes is
+  GC's call, not compaction's).
+* `raw`, `quarantine`, `quarantine_releases`, `deletions`: nothing points into their files, so
+  delta-rs's own `optimize.compact` bin-packs them (with the lake's Parquet settings).
+
+Memory is bounded by `target_file_bytes` (one output group in memory at a time); the stream job
+may keep committing: its appends never conflict with a rewrite's removes.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from pi_format import LakeLayout
+from pi_format.lake.rewrite import FileGroup, read_lake_files, rewrite_groups
+
+from pi_jobs.maintenance._lock import maintenance_lock
+
+log = logging.getLogger(__name__)
+
+# Tables without locators into them: delta-rs's bin-packing compaction is enough.
+BINPACKED_TABLES = ("raw", "quarantine", "quarantine_releases", "deletions")
+
+
+@dataclass(frozen=True, slots=True)
+class CompactConfig:
+    """How `compact` chooses and sizes files.
+
+    Example:
+        >>> CompactConfig(target_file_bytes=256 << 20)
+    """
+
+    # ~128 MiB output groups: large enough that a 100,000-episode lake of 224 px video (~1.5 MB
+    # an episode) has ~1,200 files instead of ~3,000 per table, small enough that one output
+    # group (the memory bound) fits a worker beside the stream job.
+    target_file_bytes: int = 128 * 1024 * 1024
+    # A file group (one group commit's files, or an earlier compaction's) is "small" below this;
+    # groups at or above it are left alone, so a second compaction costs only what streamed in since.
+    small_group_bytes: int = 32 * 1024 * 1024
+    binpack_tables: tuple[str, ...] = BINPACKED_TABLES
+    writer_id: str = "compact"
+
+    def __post_init__(self) -> None:
+        if self.target_file_bytes < 1:
+            raise ValueError(f"target_file_bytes must be >= 1, got {self.target_file_bytes}")
+        if not 0 < self.small_group_bytes <= self.target_file_bytes:
+            raise ValueError(
+                f"small_group_bytes must be in (0, target_file_bytes={self.target_file_bytes}], "
+                f"got {self.small_group_bytes}"
+            )
+        unknown = set(self.binpack_tables) - set(BINPACKED_TABLES)
+        if unknown:
+            raise ValueError(f"binpack_tables must be among {BINPACKED_TABLES}, got {sorted(unknown)}")
+
+
+@dataclass(slots=True)
+class CompactReport:
+    """What `compact` did: file counts per table before and after, bytes rewritten, time."""
+
+    files_before: dict[str, int] = field(default_factory=dict)
+    files_after: dict[str, int] = field(default_factory=dict)
+    groups_merged: int = 0
+    episodes_rows_moved: int = 0
+    bytes_rewritten: int = 0
+    skipped_legacy_groups: int = 0
+    seconds: float = 0.0
+
+    def lines(self) -> list[str]:
+        out = [
+            f"{name:<20} files {self.files_before.get(name, 0):>6} -> {self.files_after.get(name, 0):>6}"
+            for name in self.files_before
+        ]
+        out.append(
+            f"merged {self.groups_merged} file groups ({self.episodes_rows_moved} episodes rows, "
+            f"{self.bytes_rewritten / 1e6:.1f} MB rewritten) in {self.seconds:.1f} s"
+        )
+        if self.skipped_legacy_groups:
+            out.append(f"left {self.skipped_legacy_groups} file groups written before locators as they are")
+        return out
+
+
+def _file_counts(layout: LakeLayout, names: tuple[str, ...]) -> dict[str, int]:
+    from deltalake import DeltaTable
+
+    return {name: len(DeltaTable(layout.table(name)).file_uris()) for name in names}
+
+
+def choose_groups(groups: tuple[FileGroup, ...], legacy: set[str], config: CompactConfig) -> list[FileGroup]:
+    """The small file groups worth merging: below `small_group_bytes`, written with locators,
+    and at least two of them (one small group merged alone gains nothing)."""
+    small = [
+        g for g in groups if g.size_bytes < config.small_group_bytes and not (set(g.episodes_files) & legacy)
+    ]
+    return small if len(small) >= 2 else []
+
+
+def compact(
+    layout: LakeLayout,
+    config: CompactConfig | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+) -> CompactReport:
+    """Merge the lake's small files (see the module docstring).
+
+    Example:
+        >>> compact(LakeLayout("/data/lake")).files_after["steps"]
+        3
+    """
+    import pyarrow.compute as pc
+
+    config = config or CompactConfig()
+    say = progress or log.info
+    started = time.monotonic()
+    names = ("steps", "video", "episodes", *config.binpack_tables)
+    report = CompactReport(files_before=_file_counts(layout, names))
+    with maintenance_lock(layout, "compact"):
+        lake = read_lake_files(layout)
+        no_locator = pc.and_(
+            pc.is_null(lake.markers.column("steps_file")), pc.greater(lake.markers.column("step_count"), 0)
+        )
+        legacy = (
+            set(lake.markers.filter(no_locator).column("file").to_pylist())
+            if lake.markers.num_rows
+            else set()
+        )
+        chosen = choose_groups(lake.groups, legacy, config)
+        report.skipped_legacy_groups = sum(1 for g in lake.groups if set(g.episodes_files) & legacy)
+        say(
+            f"compact: {len(lake.groups)} file groups, {len(chosen)} small ones to merge "
+            f"({sum(g.size_bytes for g in chosen) / 1e6:.1f} MB, {sum(g.markers for g in chosen)} markers)"
+        )
+        last = [time.monotonic()]
+
+        def tick(done: int, total: int) -> None:
+            if time.monotonic() - last[0] >= 2.0 or done == total:
+                last[0] = time.monotonic()
+                say(f"compact: {done}/{total} file groups read and rewritten")
+
+        result = rewrite_groups(
+            layout,
+            chosen,
+            target_file_bytes=config.target_file_bytes,
+            writer_id=config.writer_id,
+            progress=tick,
+        )
+        report.groups_merged = result.groups
+        report.episodes_rows_moved = result.markers_kept
+        report.bytes_rewritten = sum(result.bytes_added.values())
+        for name in config.binpack_tables:
+            _binpack(layout, name, config.target_file_bytes, say)
+    report.files_after = _file_counts(layout, names)
+    report.seconds = time.monotonic() - started
+    return report
+
+
+def _binpack(layout: LakeLayout, name: str, target_file_bytes: int, say: Callable[[str], None]) -> None:
+    from deltalake import DeltaTable
+    from pi_format.lake.tables import post_commit_hooks, table_writer_properties
+
+    try:
+        table = DeltaTable(layout.table(name))
+    except Exception:  # a lake older than this table: nothing to compact
+        return
+    if len(table.file_uris()) < 2:
+        return
+    metrics = table.optimize.compact(
+        target_size=target_file_bytes,
+        writer_properties=table_writer_properties(name),
+        post_commithook_properties=post_commit_hooks(),
+    )
+    say(f"compact: {name}: {metrics.get('numFilesRemoved', 0)} files -> {metrics.get('numFilesAdded', 0)}")
