@@ -14,7 +14,7 @@ from deltalake import DeltaTable
 from pi_catalog import Catalog
 from pi_format import LakeLayout
 from pi_format.lake import EpisodeRows, PinStore, read_committed
-from pi_format.lake.rewrite import read_lake_files
+from pi_format.lake.file_groups import read_lake_files
 from pi_format.lake.tombstones import data_files
 from pi_jobs.maintenance import CompactConfig, GcConfig, compact, gc, plan_gc
 from pi_jobs.maintenance.datasets import DatasetError, check_dataset, create_dataset, delete_dataset

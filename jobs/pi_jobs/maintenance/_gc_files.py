@@ -11,7 +11,7 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 from pi_format import TABLE_SCHEMAS, LakeLayout
 from pi_format.lake import commit_actions, table_filesystem, write_file
-from pi_format.lake.rewrite import LakeFiles, read_lake_files
+from pi_format.lake.file_groups import LakeFiles, read_lake_files
 from pi_format.lake.tables import row_group_sizes
 from pi_format.lake.tombstones import data_files, deletable, tombstones
 

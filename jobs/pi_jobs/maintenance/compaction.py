@@ -26,7 +26,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from pi_format import LakeLayout
-from pi_format.lake.rewrite import FileGroup, read_lake_files, rewrite_groups
+from pi_format.lake.file_groups import FileGroup, read_lake_files
+from pi_format.lake.rewrite import rewrite_groups
 
 from pi_jobs.maintenance._lock import maintenance_lock
 

@@ -27,7 +27,8 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pi_format import LakeLayout
 from pi_format.lake import PinStore, latest_commits, read_deleted_ids
-from pi_format.lake.rewrite import FileGroup, LakeFiles, read_lake_files, rewrite_groups
+from pi_format.lake.file_groups import FileGroup, LakeFiles, read_lake_files
+from pi_format.lake.rewrite import rewrite_groups
 from pi_format.lake.tombstones import IN_FLIGHT_GRACE_S
 
 from pi_jobs.maintenance._gc_files import delete_unneeded_files, remove_orphan_files, rewrite_raw
