@@ -225,6 +225,7 @@ def test_pins_are_immutable_and_listed(tmp_path: Path) -> None:
     delete_dataset(lake.layout, "a")
     assert [p.name for p in PinStore(lake.layout).summaries()] == ["b"]
     create_dataset(lake.layout, "a", episode_ids=["ep-003"])  # a deleted name may be used again
+    _assert_audit_ok(lake)
 
 
 def test_gc_rewrites_groups_with_rows_of_attempts_that_never_committed(tmp_path: Path) -> None:
@@ -254,4 +255,63 @@ def test_gc_rewrites_groups_with_rows_of_attempts_that_never_committed(tmp_path:
     )
     assert sum(1 for e, _ in pairs if e == "ep-010") == 1  # one attempt's rows left, the committed one
     assert _samples(Dataset(lake.layout, spec=SPEC, seed=1)) == before
+    _assert_audit_ok(lake)
+
+
+def _raw_rows(episode_id: str, attempt_id: str, count: int) -> pa.Table:
+    from pi_format import RAW_SCHEMA
+
+    return pa.table(
+        {
+            "episode_id": [episode_id] * count,
+            "chunk_index": pa.array(range(count), pa.int32()),
+            "kafka_topic": ["episodes.raw.v1"] * count,
+            "kafka_partition": pa.array([0] * count, pa.int32()),
+            "kafka_offset": pa.array(range(count), pa.int64()),
+            "received_at_ns": pa.array([1] * count, pa.int64()),
+            "attempt_id": [attempt_id] * count,
+            "message": [b"x" * 100] * count,
+        },
+        schema=RAW_SCHEMA,
+    )
+
+
+def test_gc_keeps_the_raw_rows_a_quarantine_row_needs(tmp_path: Path) -> None:
+    from pi_format import QUARANTINE_SCHEMA
+    from pi_format.lake import LakeWriter
+
+    lake = _lake(tmp_path / "lake", episodes=4)
+    writer = LakeWriter(lake.layout, writer_id="raw")
+    writer.write_raw(_raw_rows("ep-002", "attempt-2-ok", 5))
+    writer.write_raw(_raw_rows("ep-002", "attempt-2-bad", 3))  # an earlier attempt, quarantined
+    writer.write_raw(_raw_rows("ep-003", "attempt-3-ok", 4))
+    writer.write_quarantine(
+        pa.table(
+            {
+                "quarantine_id": ["q1"],
+                "episode_id": ["ep-002"],
+                "reason": ["bad_values"],
+                "details": ["proprio NaN"],
+                "kafka_topic": ["episodes.raw.v1"],
+                "kafka_partition": pa.array([0], pa.int32()),
+                "kafka_offsets": pa.array([[0, 1, 2]], pa.list_(pa.int64())),
+                "raw_pointer": ["attempt-2-bad"],
+                "size_bytes": pa.array([300], pa.int64()),
+                "attempt_id": ["attempt-2-bad"],
+                "quarantined_at_ns": pa.array([1], pa.int64()),
+            },
+            schema=QUARANTINE_SCHEMA,
+        )
+    )
+    delete_episodes(lake.layout, ["ep-002"], reason="bad data", selection="ids")
+    dry = gc(lake.layout, GcConfig(retention_hours=0, dry_run=True))
+    assert (dry.raw_rows_removed, dry.quarantined_raw_kept) == (5, 3)
+    done = gc(lake.layout, ZERO)
+    assert (done.raw_rows_removed, done.quarantined_raw_kept) == (5, 3)
+    raw = DeltaTable(lake.layout.raw).to_pyarrow_table(columns=["episode_id", "attempt_id"])
+    left = sorted(
+        set(zip(raw.column("episode_id").to_pylist(), raw.column("attempt_id").to_pylist(), strict=True))
+    )
+    assert left == [("ep-002", "attempt-2-bad"), ("ep-003", "attempt-3-ok")]
+    assert raw.num_rows == 3 + 4
     _assert_audit_ok(lake)

@@ -80,13 +80,13 @@ class GcReport:
     def lines(self) -> list[str]:
         verb = "would remove" if self.dry_run else "removed"
         out = [
-            f"gc: {verb} {sum(self.markers_removed.values())} episodes rows "
+            f"gc: {verb} {sum(self.markers_removed.values())} episodes rows"
             + (
-                "(" + ", ".join(f"{n} {why}" for why, n in sorted(self.markers_removed.items())) + ")"
+                " (" + ", ".join(f"{n} {why}" for why, n in sorted(self.markers_removed.items())) + ")"
                 if self.markers_removed
                 else ""
             ),
-            f"gc: {verb.replace('remove', 'rewrite')} {self.groups_rewritten} file groups "
+            f"gc: {'would rewrite' if self.dry_run else 'rewrote'} {self.groups_rewritten} file groups "
             f"({self.groups_with_uncommitted_rows} holding rows of attempts that never committed)",
             f"gc: {verb} {sum(self.orphan_files.values())} files no marker names "
             f"{self.orphan_files or ''}".rstrip(),
@@ -151,13 +151,12 @@ def plan_gc(layout: LakeLayout) -> GcPlan:
         why = "deleted" if eid in deleted_set else "superseded"
         reasons[why] = reasons.get(why, 0) + 1
     dead_files = set(dead.column("file").to_pylist())
-    # steps rows the live markers account for, per steps file: fewer than the file holds means
-    # rows of attempts that never committed
-    live_markers = markers.filter(live)
+    # steps rows the markers (live or not) account for, per steps file: fewer than the file
+    # holds means rows of attempts that never committed
     accounted: dict[str, int] = {}
     for path, count in zip(
-        live_markers.column("steps_file").to_pylist(),
-        live_markers.column("step_count").to_pylist(),
+        markers.column("steps_file").to_pylist(),
+        markers.column("step_count").to_pylist(),
         strict=True,
     ):
         if path:
