@@ -3,6 +3,8 @@
 | subpackage | role |
 | --- | --- |
 | `pi_jobs.stream` | the PyFlink stream job: source, assembly, contract, featurize, lake sink |
+| `pi_jobs.backfill` | the PyFlink batch job that re-featurizes episodes from the raw table |
+| `pi_jobs.maintenance` | dataset pins, compaction, GC and episode deletion |
 | `pi_jobs.ops` | operator tools: audit, quarantine, validation and drift |
 | `pi_jobs.local` | the development stack (the local broker) and fault scenarios |
 | `pi_jobs.cli` | the `pilake` command (the only code that imports every pi package) |
