@@ -104,21 +104,19 @@ def _lake_pin(layout: LakeLayout, name: str) -> Snapshot | None:
     except ValueError:
         return None  # not a pin name: maybe a catalog snapshot's
     try:
-        store = PinStore(layout)
+        pin = PinStore(layout).find(name)
     except Exception:  # no lake there (yet): the caller's error says what is missing
         return None
-    for summary in store.summaries():
-        if summary.name == name:
-            pin = store.get(name)
-            return Snapshot(
-                lake_root=pin.lake_root or layout.root,
-                table_versions=pin.table_versions,
-                episode_ids=pin.episode_ids,
-                attempt_ids=pin.attempt_ids,
-                sql=pin.sql,
-                created_at_ns=pin.created_at_ns,
-            )
-    return None
+    if pin is None:
+        return None
+    return Snapshot(
+        lake_root=pin.lake_root or layout.root,
+        table_versions=pin.table_versions,
+        episode_ids=pin.episode_ids,
+        attempt_ids=pin.attempt_ids,
+        sql=pin.sql,
+        created_at_ns=pin.created_at_ns,
+    )
 
 
 def resolve_ids(

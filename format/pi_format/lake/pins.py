@@ -21,7 +21,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import pyarrow as pa
-import pyarrow.compute as pc
 
 from pi_format.errors import LakeError
 from pi_format.lake._commit import commit_actions
@@ -122,6 +121,7 @@ class Pin:
                 "sql": pa.array([self.sql], pa.string()),
                 "lake_root": [self.lake_root],
                 "table_versions": [json.dumps(dict(self.table_versions), sort_keys=True)],
+                "episode_count": pa.array([len(self.episode_ids)], pa.int64()),
                 "episode_ids": pa.array([list(self.episode_ids)], pa.list_(pa.string())),
                 "attempt_ids": pa.array([list(self.attempt_ids)], pa.list_(pa.string())),
                 "content_hash": [self.content_hash],
@@ -169,11 +169,28 @@ class PinStore:
 
     def __init__(self, layout: LakeLayout) -> None:
         self.layout = layout
-        self._table = ensure_lake_tables(layout)["pins"]
+        self._table: Any = None  # opened on first use; created only by a write
+
+    def _open(self, *, create: bool) -> Any:
+        """The pins table (None when reading a lake that has none yet: readers create nothing)."""
+        from deltalake import DeltaTable
+
+        if self._table is None:
+            if create:
+                self._table = ensure_lake_tables(self.layout)["pins"]
+            else:
+                try:
+                    self._table = DeltaTable(self.layout.pins)
+                except Exception:  # deltalake's TableNotFoundError: a lake without pins
+                    return None
+        return self._table
 
     def _files(self) -> list[str]:
-        self._table.update_incremental()
-        return sorted(pa.table(self._table.get_add_actions(flatten=True)).column("path").to_pylist())
+        table = self._open(create=False)
+        if table is None:
+            return []
+        table.update_incremental()
+        return sorted(pa.table(table.get_add_actions(flatten=True)).column("path").to_pylist())
 
     def _read(
         self, paths: Sequence[str], columns: list[str] | None = None
@@ -194,37 +211,37 @@ class PinStore:
         return out
 
     def summaries(self) -> list[PinSummary]:
-        """Every live pin, by name."""
-        import pyarrow.parquet as pq
-
-        fs, base = table_filesystem(self.layout.pins)
-        out = []
-        for path in self._files():
-            table = pq.read_table(
-                f"{base}/{path}",
-                columns=["name", "created_at_ns", "sql", "content_hash", "episode_ids"],
-                filesystem=fs,
+        """Every live pin, by name (its scalar columns only: no id list is read)."""
+        columns = ["name", "created_at_ns", "sql", "content_hash", "episode_count"]
+        out = [
+            PinSummary(
+                name=row["name"],
+                episode_count=int(row["episode_count"]),
+                content_hash=row["content_hash"],
+                sql=row["sql"],
+                created_at_ns=int(row["created_at_ns"]),
+                path=path,
             )
-            counts = pc.list_value_length(table.column("episode_ids")).to_pylist()
-            for row, count in zip(table.drop_columns(["episode_ids"]).to_pylist(), counts, strict=True):
-                out.append(
-                    PinSummary(
-                        name=row["name"],
-                        episode_count=int(count or 0),
-                        content_hash=row["content_hash"],
-                        sql=row["sql"],
-                        created_at_ns=int(row["created_at_ns"]),
-                        path=path,
-                    )
-                )
+            for path, row in self._read(self._files(), columns)
+        ]
         return sorted(out, key=lambda p: p.name)
 
     def _find(self, name: str) -> tuple[str, Pin] | None:
-        for summary in self.summaries():
-            if summary.name == name:
-                (path, row), *_ = self._read([summary.path])
+        for path, row in self._read(self._files(), ["name"]):
+            if row["name"] == name:
+                (path, row), *_ = self._read([path])
                 return path, Pin.from_row(row)
         return None
+
+    def find(self, name: str) -> Pin | None:
+        """The pin named `name`, or None (reads one small column of each pin's file to find it).
+
+        Example:
+            >>> PinStore(LakeLayout("/data/lake")).find("pick-v3") is None
+            False
+        """
+        found = self._find(check_pin_name(name))
+        return None if found is None else found[1]
 
     def get(self, name: str) -> Pin:
         """The pin named `name`.
@@ -266,7 +283,7 @@ class PinStore:
         )
         try:
             commit_actions(
-                self._table,
+                self._open(create=True),
                 "pins",
                 adds=[written],
                 app_versions={pin_app_id(pin.name): time.time_ns() // 1000},
@@ -290,7 +307,7 @@ class PinStore:
             raise AssertionError("unreachable")
         path, pin = found
         commit_actions(
-            self._table,
+            self._open(create=True),
             "pins",
             removes=[(path, None)],
             app_versions={pin_app_id(name): time.time_ns() // 1000},

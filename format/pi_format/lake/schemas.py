@@ -191,6 +191,7 @@ PINS_SCHEMA = pa.schema(
         pa.field("lake_root", pa.string(), nullable=False),  # informational
         # JSON {"episodes": v, "steps": v, "video": v}: the versions the pin was taken at
         pa.field("table_versions", pa.string(), nullable=False),
+        pa.field("episode_count", pa.int64(), nullable=False),  # listing pins reads no id list
         pa.field("episode_ids", pa.list_(pa.string()), nullable=False),  # sorted
         pa.field("attempt_ids", pa.list_(pa.string()), nullable=False),  # same order
         # sha256 of the pinned rows' identity and shape (pi_format.lake.pins.content_hash)
