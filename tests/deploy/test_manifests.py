@@ -47,6 +47,7 @@ API_VERSIONS = {
     "Service": "v1",
     "Namespace": "v1",
     "StatefulSet": "apps/v1",
+    "CronJob": "batch/v1",
     "Kustomization": "kustomize.config.k8s.io/v1beta1",
 }
 
@@ -355,6 +356,23 @@ def test_flink_pods_get_the_settings_file_config_maps_and_secrets_that_exist() -
     # secrets live in the Secret, never in a ConfigMap
     for name in given - set(env):
         assert not any(k.secret and k.env == name for k in SETTINGS_KEYS), name
+
+
+def test_maintenance_cronjob_runs_compact_then_gc_one_at_a_time_with_the_job_settings() -> None:
+    cron = _one("CronJob", "pilake-maintenance")
+    assert cron["spec"]["concurrencyPolicy"] == "Forbid"
+    pod = cron["spec"]["jobTemplate"]["spec"]["template"]["spec"]
+    (container,) = pod["containers"]
+    script = " ".join(container["args"])
+    assert script.index("pilake compact") < script.index("pilake gc") and "&&" in script
+    flink = _one("FlinkDeployment")["spec"]["podTemplate"]["spec"]["containers"][0]
+    assert container["env"] == flink["env"] and container["envFrom"] == flink["envFrom"]
+    assert container["image"] == _one("FlinkDeployment")["spec"]["image"]
+    assert pod["volumes"] == _one("FlinkDeployment")["spec"]["podTemplate"]["spec"]["volumes"]
+    from pi_jobs.cli import build_parser
+
+    for command in ("compact", "gc --retention-hours 24"):
+        build_parser().parse_args(command.split())  # the CLI has these commands and flags
 
 
 def _flat(doc: dict[str, Any], prefix: str = "") -> dict[str, Any]:
