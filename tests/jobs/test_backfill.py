@@ -270,3 +270,46 @@ def test_backfill_killed_half_way_restarts_exactly_once(tmp_path: Path) -> None:
     assert sorted(per_episode) == sorted(ids)  # every episode exactly once
     visible = read_committed(layout)
     assert visible.column("featurizer").to_pylist() == ["gop10@1"] * len(ids)
+
+
+@integration
+def test_backfill_into_a_derived_lake_reports_a_corrupted_episode_and_goes_on(tmp_path: Path) -> None:
+    from deltalake import write_deltalake
+    from pi_jobs.backfill import BackfillConfig, run_backfill
+
+    layout, catalog_path, ids = make_stream_lake(tmp_path, 4)
+    broken = sorted(ids)[1]
+    raw = DeltaTable(layout.raw).to_pyarrow_table()
+    messages = raw.column("message").to_pylist()
+    owners = raw.column("episode_id").to_pylist()
+    hit = next(i for i, e in enumerate(owners) if e == broken)
+    corrupted = bytearray(messages[hit])
+    for k in range(len(corrupted) // 2, len(corrupted) // 2 + 16):  # flip bytes inside the payload
+        corrupted[k] ^= 0xFF
+    messages[hit] = bytes(corrupted)
+    raw = raw.set_column(raw.schema.get_field_index("message"), "message", pa.array(messages, pa.binary()))
+    write_deltalake(layout.raw, raw, mode="overwrite")
+    main_version = DeltaTable(layout.episodes).version()
+
+    config = BackfillConfig(
+        lake_root=layout.root,
+        catalog_path=catalog_path,
+        featurizer="chunk20",
+        work_dir=tmp_path / "work",
+        into="c20",
+        group_commit_episodes=2,
+    )
+    report = run_backfill(config)
+    # every selected episode is accounted for: committed or reported as failed, with its reason
+    assert (report.selected, report.committed, report.failed) == (4, 3, 1)
+    assert report.processed == report.selected
+    assert report.failures[0].startswith(f"{broken}: "), report.failures
+    derived = LakeLayout(f"{layout.root}/derived/c20")
+    assert report.target_lake == derived.root
+    rows = read_committed(derived, ["video_chunk_frames", "featurizer"])
+    assert sorted(rows.column("episode_id").to_pylist()) == sorted(e for e in ids if e != broken)
+    assert set(rows.column("video_chunk_frames").to_pylist()) == {20}
+    assert set(rows.column("featurizer").to_pylist()) == {"chunk20@1"}
+    assert DeltaTable(layout.episodes).version() == main_version  # the source lake is untouched
+    again = run_backfill(config)
+    assert (again.already_done, again.committed, again.failed) == (3, 0, 1)
