@@ -9,7 +9,10 @@ its own modification time otherwise, and never sooner than `IN_FLIGHT_GRACE_S` f
 was never committed (a writer may be about to commit it).
 
 Tombstones are read from the last checkpoint (delta-rs keeps unexpired ones there) and the JSON
-commits after it: bounded by the checkpoint interval, not by the log's length.
+commits after it: bounded by the checkpoint interval, not by the log's length. A tombstone
+expires after `delta.deletedFileRetentionDuration` (7 days by default); a retention longer than
+that is measured from the file's own modification time once its tombstone is gone, which is
+earlier than its removal: keep GC retentions under a week.
 """
 
 from __future__ import annotations
