@@ -185,6 +185,13 @@ def test_deleted_episodes_leave_new_selections_and_go_at_gc_unless_pinned(tmp_pa
     assert ("ep-001", "attempt-1-ok") in remaining and not any(e == "ep-003" for e, _ in remaining)
     delete_dataset(lake.layout, "keep-1")
     assert gc(lake.layout, ZERO).markers_removed == {"deleted": 1}
+    # a re-send of a deleted episode after GC removed its markers is not committed again
+    from pi_format.lake import LakeWriter
+
+    resent = LakeWriter(lake.layout, writer_id="late").commit_episodes(
+        lake_rows([lake.episodes["ep-003"]], lake.size)
+    )
+    assert resent.committed == () and resent.duplicates == ("ep-003",)
     assert not any(e in ("ep-001", "ep-003") for e, _ in _all_pairs(lake.layout))
     for table in ("steps", "video"):
         ids = (

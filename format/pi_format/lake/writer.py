@@ -45,6 +45,7 @@ from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, sort_steps
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.schemas import LOCATOR_COLUMNS, TABLE_SCHEMAS
 from pi_format.lake.tables import ensure_lake_tables, post_commit_hooks, row_group_sizes
+from pi_format.lake.visibility import read_deleted_ids
 
 
 @dataclass(frozen=True, slots=True, eq=False)
@@ -157,6 +158,10 @@ class LakeWriter:
         self.commit_conflicts = 0
         self._tables: dict[str, DeltaTable] = ensure_lake_tables(layout)
         self._committed = CommittedEpisodes(self._tables["episodes"])
+        # Deleted episodes (`pilake episodes delete`) are never committed again: a re-send after
+        # GC removed their markers would otherwise come back (invisible, but recorded in the
+        # catalog). Read once: an episode deleted later keeps its markers in this writer's memory.
+        self._deleted = frozenset(read_deleted_ids(layout).to_pylist())
         self._sequence = self._tables["episodes"].transaction_version(writer_app_id(writer_id)) or 0
 
     @property
@@ -263,7 +268,10 @@ class LakeWriter:
 
     def _is_done(self, episode_id: str, featurizer: str | None, supersede: bool) -> bool:
         """Whether committing `episode_id` now would be a duplicate: it is committed at all
-        (supersede=False), or its visible marker already has `featurizer` (supersede=True)."""
+        (supersede=False), or its visible marker already has `featurizer` (supersede=True); a
+        deleted episode always is."""
+        if episode_id in self._deleted:
+            return True
         if self._committed.attempt(episode_id) is None:
             return False
         return not supersede or self._committed.featurizer(episode_id) == featurizer
