@@ -322,3 +322,22 @@ def test_gc_keeps_the_raw_rows_a_quarantine_row_needs(tmp_path: Path) -> None:
     assert left == [("ep-002", "attempt-2-bad"), ("ep-003", "attempt-3-ok")]
     assert raw.num_rows == 3 + 4
     _assert_audit_ok(lake)
+
+
+def test_compaction_bin_packs_raw_with_the_lakes_compression(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+    from pi_format.lake import LakeWriter
+
+    lake = _lake(tmp_path / "lake", episodes=2)
+    writer = LakeWriter(lake.layout, writer_id="raw")
+    for i in range(3):
+        writer.write_raw(_raw_rows(f"ep-00{i % 2}", f"attempt-{i % 2}-ok", 20))
+    before = sum(f.size_bytes for f in data_files(lake.layout.raw))
+    compact(lake.layout, CompactConfig(target_file_bytes=1 << 30, small_group_bytes=1 << 29))
+    gc(lake.layout, ZERO)
+    (merged,) = data_files(lake.layout.raw)
+    meta = pq.ParquetFile(Path(lake.layout.raw) / merged.path).metadata
+    assert meta.num_rows == 60
+    assert meta.row_group(0).column(meta.schema.names.index("message")).compression == "ZSTD"
+    assert merged.size_bytes < before
+    _assert_audit_ok(lake)
