@@ -64,6 +64,10 @@ def _worker_main(shared: SharedDatasetRef, tasks: Any, results: Any) -> None:
                 return
             continue
         if task is None:
+            # Batches still buffered for the main process are no longer wanted (it is closing):
+            # exit without flushing them into a pipe nobody reads (the feeder thread would block
+            # the exit until close() terminates the worker after its timeout).
+            results.cancel_join_thread()
             return
         generation, batch_number, indices, ticket = task
         before = read_counters(dataset)

@@ -237,3 +237,18 @@ def test_worker_error_reaches_the_caller(loader_lake: FakeLake, tmp_path: object
         Loader(broken, batch_size=4, num_workers=1) as loader,
     ):
         list(loader)
+
+
+def test_workers_exit_by_themselves_when_closed_with_batches_unread(loader_lake: FakeLake) -> None:
+    # prefetched batches nobody reads must not keep a worker from exiting (it used to hang on
+    # flushing them until close() terminated it)
+    # pickled batches (no shared memory) of ~75 kB each: more than a pipe buffer holds
+    loader = Loader(
+        _dataset(loader_lake), batch_size=16, num_workers=2, prefetch_batches=6, shared_memory=False
+    )
+    iterator = iter(loader)
+    next(iterator)
+    workers = list(loader._worker_pool._workers)
+    assert len(workers) == 2
+    loader.close()
+    assert [w.exitcode for w in workers] == [0, 0]
