@@ -184,7 +184,15 @@ def resident_bytes(files: list[Path]) -> int | None:
     total = 0
     for start in range(0, len(files), 500):
         out = subprocess.run(
-            ["fincore", "--bytes", "--noheadings", "--raw", "-o", "RES", *map(str, files[start : start + 500])],
+            [
+                "fincore",
+                "--bytes",
+                "--noheadings",
+                "--raw",
+                "-o",
+                "RES",
+                *map(str, files[start : start + 500]),
+            ],
             capture_output=True,
             text=True,
             check=True,

@@ -36,10 +36,15 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
     compact_s = time.perf_counter() - started
     hwm_compact = _hwm_mb()
     started = time.perf_counter()
-    collected = gc(layout, GcConfig(retention_hours=0), progress=lambda line: print(f"    {line}", flush=True))
+    collected = gc(
+        layout, GcConfig(retention_hours=0), progress=lambda line: print(f"    {line}", flush=True)
+    )
     gc_s = time.perf_counter() - started
     return {
-        "config": {"target_file_bytes": config.target_file_bytes, "small_group_bytes": config.small_group_bytes},
+        "config": {
+            "target_file_bytes": config.target_file_bytes,
+            "small_group_bytes": config.small_group_bytes,
+        },
         "compact_s": round(compact_s, 2),
         "gc_s": round(gc_s, 2),
         "peak_rss_mb": {"after_imports": hwm_imports, "after_compact": hwm_compact, "after_gc": _hwm_mb()},
@@ -51,7 +56,9 @@ def maintain(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--lake", type=Path, required=True)
     parser.add_argument("--target-mb", type=int, default=128)
     parser.add_argument("--small-mb", type=int, default=32)

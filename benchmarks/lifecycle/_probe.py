@@ -1,12 +1,13 @@
 """One measuring leg on one lake, in its own process (fresh imports, caches and memory):
 
-    python -m benchmarks.lifecycle._probe --lake DIR --camera NAME [--batches 80] [--digests 64]
+    python -m benchmarks.lifecycle._probe --lake DIR --camera NAME [--batches 200] [--digests 64]
 
 Times `pi_loader.Dataset(lake, ...)` (the open: Delta logs, episodes rows, this host's copy of
 them under $TMPDIR, which the parent sets per leg), then takes `--batches` shuffled batches
 through `Loader(ds, batch_size, num_workers)` with one camera: samples/s over the batches after
 `--warmup` (the first ones include the workers' start), CPU per sample of the process tree, and
-`loader.stats()` (bytes read per sample: Parquet footers plus the column chunks read). With
+`loader.stats()` (bytes read per sample: Parquet footers plus the column chunks read), and how
+long `loader.close()` took. With
 `--digests N`, a sha256 of each of the first N samples of the seeded order (every array's dtype,
 shape and bytes, the episode id and step), compared by the parent before/after compaction.
 Prints one JSON line prefixed with `benchmarks.loader._timing.RESULT_PREFIX`.
@@ -43,9 +44,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     import pi_loader
 
     started = time.perf_counter()
-    ds = pi_loader.Dataset(
-        str(args.lake), seed=args.seed, cameras=[args.camera], action_horizon=args.horizon
-    )
+    ds = pi_loader.Dataset(str(args.lake), seed=args.seed, cameras=[args.camera], action_horizon=args.horizon)
     open_s = time.perf_counter() - started
     loader = pi_loader.Loader(
         ds,
@@ -67,7 +66,9 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     cpu_end = tree_cpu_s()
     timed = (args.batches - args.warmup) * args.batch_size
     stats = loader.stats()
+    closing = time.perf_counter()
     loader.close()
+    close_s = time.perf_counter() - closing
     result: dict[str, Any] = {
         "episodes": len(ds.episode_ids),
         "samples_in_dataset": len(ds),
@@ -79,6 +80,9 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         "cpu_ms_per_sample": None
         if cpu_start is None or cpu_end is None
         else round((cpu_end - cpu_start) * 1e3 / timed, 3),
+        # stopping the workers with prefetched batches unread (measured: ~5 s per worker, each
+        # joined with a 5 s timeout, then terminated)
+        "close_s": round(close_s, 2),
         "loader_stats": {
             "samples": stats.samples,
             "bytes_read": stats.bytes_read,
@@ -98,14 +102,16 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
     parser.add_argument("--lake", type=Path, required=True)
     parser.add_argument("--camera", required=True)
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--horizon", type=int, default=50)
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--workers", type=int, default=2)
-    parser.add_argument("--batches", type=int, default=80)
+    parser.add_argument("--batches", type=int, default=200)
     parser.add_argument("--warmup", type=int, default=5)
     parser.add_argument("--digests", type=int, default=0)
     args = parser.parse_args()
