@@ -270,6 +270,10 @@ def test_backfill_killed_half_way_restarts_exactly_once(tmp_path: Path) -> None:
     assert sorted(per_episode) == sorted(ids)  # every episode exactly once
     visible = read_committed(layout)
     assert visible.column("featurizer").to_pylist() == ["gop10@1"] * len(ids)
+    from pi_jobs.ops.audit import audit
+
+    checked = audit(layout, catalog_path=catalog_path)
+    assert checked.missing == 0 and checked.duplicated == 0 and checked.catalog_agrees, checked
 
 
 @integration
