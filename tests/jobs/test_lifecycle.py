@@ -341,3 +341,16 @@ def test_compaction_bin_packs_raw_with_the_lakes_compression(tmp_path: Path) -> 
     assert meta.row_group(0).column(meta.schema.names.index("message")).compression == "ZSTD"
     assert merged.size_bytes < before
     _assert_audit_ok(lake)
+
+
+def test_compaction_and_gc_take_turns(tmp_path: Path) -> None:
+    from pi_jobs.maintenance import MaintenanceBusyError, maintenance_lock
+
+    lake = _lake(tmp_path / "lake", episodes=2)
+    with maintenance_lock(lake.layout, "gc"):
+        with pytest.raises(MaintenanceBusyError, match=r"cannot run compact: .*\(gc pid \d+\)"):
+            compact(lake.layout)
+        with pytest.raises(MaintenanceBusyError, match="cannot run gc"):
+            gc(lake.layout, ZERO)
+    compact(lake.layout)  # the lock is free again: no error
+    _assert_audit_ok(lake)

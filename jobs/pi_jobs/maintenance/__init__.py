@@ -7,22 +7,40 @@
 | `gc` | `pilake gc` | remove superseded, deleted and uncommitted rows and unneeded files |
 | `deletion` | `pilake episodes delete` | take episodes out of every new selection; GC removes their bytes |
 
-The rewrite protocol they share (file groups, commit order) is `pi_format.lake.rewrite`.
+The rewrite protocol they share (file groups, commit order) is `pi_format.lake.file_groups` and
+`pi_format.lake.rewrite`; pins themselves are `pi_format.lake.pins`.
 """
 
 from pi_jobs.maintenance._lock import MaintenanceBusyError, maintenance_lock
 from pi_jobs.maintenance.compaction import CompactConfig, CompactReport, compact
+from pi_jobs.maintenance.datasets import (
+    DatasetCheck,
+    DatasetError,
+    check_dataset,
+    create_dataset,
+    delete_dataset,
+    get_dataset,
+)
+from pi_jobs.maintenance.deletion import DeletionReport, delete_episodes
 from pi_jobs.maintenance.gc import GcConfig, GcPlan, GcReport, gc, plan_gc
 
 __all__ = [
     "CompactConfig",
     "CompactReport",
+    "DatasetCheck",
+    "DatasetError",
+    "DeletionReport",
     "GcConfig",
     "GcPlan",
     "GcReport",
     "MaintenanceBusyError",
+    "check_dataset",
     "compact",
+    "create_dataset",
+    "delete_dataset",
+    "delete_episodes",
     "gc",
+    "get_dataset",
     "maintenance_lock",
     "plan_gc",
 ]
