@@ -317,3 +317,26 @@ def test_backfill_into_a_derived_lake_reports_a_corrupted_episode_and_goes_on(tm
     assert DeltaTable(layout.episodes).version() == main_version  # the source lake is untouched
     again = run_backfill(config)
     assert (again.already_done, again.committed, again.failed) == (3, 0, 1)
+
+
+def test_the_plan_names_the_raw_files_of_each_episode(tmp_path: Path) -> None:
+    from pi_jobs.backfill import BackfillConfig, plan_backfill
+    from pi_jobs.backfill._raw_files import FILES_SEP, raw_files_of
+
+    layout, catalog_path, ids = make_stream_lake(tmp_path, 3)
+    raw = DeltaTable(layout.raw).to_pyarrow_dataset().to_table(columns=["episode_id", "__filename"])
+    truth: dict[str, set[str]] = {}
+    for episode_id, path in zip(
+        raw.column("episode_id").to_pylist(), raw.column("__filename").to_pylist(), strict=True
+    ):
+        truth.setdefault(episode_id, set()).add(Path(path).name)
+    found = raw_files_of(layout, [*ids, "no-such-episode"])
+    assert {e: set(f) for e, f in found.items()} == truth and set(found) == set(ids)
+    plan = plan_backfill(
+        BackfillConfig(
+            lake_root=layout.root, catalog_path=catalog_path, featurizer="res96", work_dir=tmp_path / "work"
+        )
+    )
+    assert [(e, set(files.split(FILES_SEP))) for e, _, files in plan.items] == [
+        (e, truth[e]) for e in sorted(ids)
+    ]

@@ -23,6 +23,7 @@ import pyarrow as pa
 import pyarrow.compute as pc
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 
+from pi_jobs.backfill._raw_files import FILES_SEP
 from pi_jobs.backfill.config import BackfillSettings
 from pi_jobs.stream._progress import load_progress, subtask_progress_file, write_progress
 from pi_jobs.stream.featurize import featurize
@@ -115,11 +116,12 @@ class BackfillFunction(KeyedProcessFunction):
 
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
         episode_id, attempt_id = str(value[0]), str(value[1])
+        files = tuple(f for f in str(value[2]).split(FILES_SEP) if f) if len(value) > 2 else ()
         if self.delay_s:
             time.sleep(self.delay_s)
         self.progress["episodes"] += 1
         try:
-            self.waiting.append(self._rebuild(episode_id, attempt_id))
+            self.waiting.append(self._rebuild(episode_id, attempt_id, files))
             if len(self.waiting) == 1:
                 self.waiting_since = time.monotonic()
         except Exception as err:  # decode/featurize: counted, named, and the job goes on
@@ -136,16 +138,32 @@ class BackfillFunction(KeyedProcessFunction):
         self._write_progress()
         return iter(())
 
-    def _raw_rows(self, episode_id: str) -> pa.Table:
-        """Every raw row of the episode (the caller picks the attempt)."""
-        rows = self.raw.to_table(columns=_RAW_COLUMNS, filter=pc.field("episode_id") == episode_id)
+    def _raw_rows(self, episode_id: str, files: tuple[str, ...]) -> pa.Table:
+        """Every raw row of the episode (the caller picks the attempt), read from `files` (the
+        raw files the plan found holding it); without them, filtered from the whole table."""
+        where = pc.field("episode_id") == episode_id
+        if files:
+            import pyarrow.dataset as pads
+            from pi_format import LakeLayout
+            from pi_format.lake import table_filesystem
+
+            filesystem, base = table_filesystem(LakeLayout(self.settings.source_root).raw)
+            dataset = pads.dataset(
+                [f"{base}/{f}" for f in files],
+                format="parquet",
+                filesystem=filesystem,
+                schema=self.raw.schema,
+            )
+            rows = dataset.to_table(columns=_RAW_COLUMNS, filter=where)
+        else:
+            rows = self.raw.to_table(columns=_RAW_COLUMNS, filter=where)
         self.progress["bytes"] += int(pc.sum(pc.binary_length(rows.column("message"))).as_py() or 0)
         return rows
 
-    def _rebuild(self, episode_id: str, attempt_id: str) -> Any:
+    def _rebuild(self, episode_id: str, attempt_id: str, files: tuple[str, ...] = ()) -> Any:
         from pi_format import ProtocolError
 
-        rows = self._raw_rows(episode_id)
+        rows = self._raw_rows(episode_id, files)
         if rows.num_rows == 0:
             raise ValueError(f"the raw table holds no rows of episode {episode_id}")
         # The committed stream attempt's rows first; an attempt without rows of its own (a

@@ -20,6 +20,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pi_jobs.backfill._raw_files import FILES_SEP, raw_files_of
 from pi_jobs.backfill.config import BackfillConfig, BackfillError, BackfillReport, BackfillSettings
 from pi_jobs.backfill.featurizers import Featurizer, get_featurizer
 
@@ -28,12 +29,13 @@ log = logging.getLogger("pi_jobs.backfill")
 
 @dataclass(frozen=True, slots=True)
 class BackfillPlan:
-    """What a run will do: `items` = (episode_id, raw attempt_id) to re-featurize, sorted."""
+    """What a run will do: `items` = (episode_id, raw attempt_id, the raw files holding its rows
+    joined by `_raw_files.FILES_SEP`) to re-featurize, sorted."""
 
     featurizer: Featurizer
     selected: int
     already_done: tuple[str, ...]
-    items: tuple[tuple[str, str], ...]
+    items: tuple[tuple[str, str, str], ...]
 
 
 def _episodes(root: str) -> pa.Table:
@@ -55,7 +57,7 @@ def plan_backfill(config: BackfillConfig) -> BackfillPlan:
 
     Example:
         >>> plan_backfill(config).items[:1]
-        (('r1-000001', '5c0f...'),)
+        (('r1-000001', '5c0f...', 'part-sink-0-3f6c....parquet'),)
     """
     from pi_format import LakeLayout
     from pi_format.lake import ensure_lake_tables, latest_commits
@@ -96,8 +98,10 @@ def plan_backfill(config: BackfillConfig) -> BackfillPlan:
     visible_attempt = dict(
         zip(visible.column("episode_id").to_pylist(), visible.column("attempt_id").to_pylist(), strict=True)
     )
+    todo = [e for e in sorted(ids) if e not in done_ids]
+    files = raw_files_of(source, todo)
     items = tuple(
-        (e, str(stream_attempt.get(e) or visible_attempt[e])) for e in sorted(ids) if e not in done_ids
+        (e, str(stream_attempt.get(e) or visible_attempt[e]), FILES_SEP.join(files.get(e, ()))) for e in todo
     )
     return BackfillPlan(featurizer, len(ids), tuple(sorted(e for e in ids if e in done_ids)), items)
 

@@ -16,7 +16,7 @@ from pi_jobs.backfill.config import BackfillConfig, BackfillSettings
 
 
 def build_backfill_job(
-    config: BackfillConfig, items: Sequence[tuple[str, str]], settings: BackfillSettings
+    config: BackfillConfig, items: Sequence[tuple[str, str, str]], settings: BackfillSettings
 ) -> Any:
     """Set up the environment and the job graph over `items`; returns the
     StreamExecutionEnvironment (in BATCH mode)."""
@@ -36,7 +36,8 @@ def build_backfill_job(
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     env.set_parallelism(config.parallelism)
     source = env.from_collection(
-        [tuple(item) for item in items], type_info=Types.TUPLE([Types.STRING(), Types.STRING()])
+        [tuple(item) for item in items],
+        type_info=Types.TUPLE([Types.STRING(), Types.STRING(), Types.STRING()]),
     )
     (
         source.key_by(episode_of, key_type=Types.STRING())
