@@ -5,6 +5,7 @@ return; delete episodes under a pin and without one. Every test ends with the au
 from __future__ import annotations
 
 import dataclasses
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -353,4 +354,28 @@ def test_compaction_and_gc_take_turns(tmp_path: Path) -> None:
         with pytest.raises(MaintenanceBusyError, match="cannot run gc"):
             gc(lake.layout, ZERO)
     compact(lake.layout)  # the lock is free again: no error
+    _assert_audit_ok(lake)
+
+
+def test_a_host_copy_of_the_episodes_rows_follows_gc_and_compaction(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # >= 64 episodes files: opens read the host's memory-mapped copy of the episodes rows
+    # (pi_loader._episodes_rows), which must drop the rows of files GC removed
+    lake = write_lake(tmp_path / "lake", episodes=66, steps=4, cameras=("front",), size=(16, 16), group=1)
+    spec = SampleSpec(cameras=("front",), action_horizon=2)
+    segments = tmp_path / "host-indexes"  # this test's own host index directory
+    segments.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(segments))
+    before = sorted(_samples(Dataset(lake.layout, spec=spec, seed=2)))
+    assert list(segments.rglob("episodes-rows/*.arrow")), "the host copy was not used"
+    delete_episodes(lake.layout, ["ep-000"], reason="test", selection="ids")
+    gc(lake.layout, ZERO)  # ep-000's group commit files go: 65 of the copy's 66 files remain
+    assert len(DeltaTable(lake.layout.episodes).file_uris()) == 65
+    rest = [s for s in before if s[0] != "ep-000"]
+    assert sorted(_samples(Dataset(lake.layout, spec=spec, seed=2))) == rest
+    compact(lake.layout, CompactConfig(target_file_bytes=1 << 30, small_group_bytes=1 << 29))
+    gc(lake.layout, ZERO)
+    assert len(DeltaTable(lake.layout.episodes).file_uris()) == 1
+    assert sorted(_samples(Dataset(lake.layout, spec=spec, seed=2))) == rest
     _assert_audit_ok(lake)
