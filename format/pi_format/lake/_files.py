@@ -20,6 +20,7 @@ import json
 import os
 import time
 import uuid
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -201,3 +202,95 @@ def sort_video(video: pa.Table, cameras: list[str]) -> tuple[pa.Table, list[int]
             raise ValueError(f"camera {camera!r}: chunk_index must be 0..{rows.size - 1} without gaps")
         starts.append(int(rows[0]) if rows.size else int(np.searchsorted(positions, k)))
     return ordered.drop_columns(["__camera_position"]), starts
+
+
+@dataclass(frozen=True, slots=True)
+class GroupLayout:
+    """A group of episodes laid out for one steps file and one video file (SPEC.md §7.8), and
+    where each episode's rows land (its locator), before anything is written. `LakeWriter`'s
+    group commits and the rewrites of compaction and GC (`pi_format.lake.rewrite`) both lay
+    files out through it, so the layout readers rely on is written once."""
+
+    steps: pa.Table  # every episode's steps, in order; row groups of `steps_groups` rows
+    steps_groups: list[int]
+    video: pa.Table  # every episode's video rows, one row per row group
+    steps_row_group: list[int]  # per episode: its first steps row group (-1: no steps)
+    video_row_groups: list[list[int]]  # per episode, per camera: the row of its chunk 0
+
+    def write(
+        self, steps_uri: str, video_uri: str, *, writer_id: str
+    ) -> tuple[WrittenFile | None, WrittenFile | None]:
+        """Write the steps file (zstd, footer statistics) and the video file (uncompressed:
+        encoded video does not compress further; no footer statistics: every cold read parses
+        the footer); None for a file without rows."""
+        steps_file = video_file = None
+        if self.steps.num_rows:
+            steps_file = write_file(
+                steps_uri, self.steps, self.steps_groups, writer_id=writer_id, compression="zstd"
+            )
+        if self.video.num_rows:
+            video_file = write_file(
+                video_uri,
+                self.video,
+                [1] * self.video.num_rows,
+                writer_id=writer_id,
+                compression="none",
+                footer_statistics=False,
+            )
+        return steps_file, video_file
+
+    def locate(
+        self, markers: pa.Table, steps_file: WrittenFile | None, video_file: WrittenFile | None
+    ) -> pa.Table:
+        """`markers` (one per episode, in the layout's order) with their locator columns set."""
+        from pi_format.lake.schemas import LOCATOR_COLUMNS
+
+        n = markers.num_rows
+        values: dict[str, list[Any]] = {
+            "steps_file": [steps_file.relative_path if steps_file else None] * n,
+            "steps_row_group": self.steps_row_group,
+            "video_file": [video_file.relative_path if video_file else None] * n,
+            "video_row_groups": self.video_row_groups,
+        }
+        for column in LOCATOR_COLUMNS:
+            index = markers.schema.get_field_index(column)
+            field = markers.schema.field(index)
+            markers = markers.set_column(index, field, pa.array(values[column], field.type))
+        return markers
+
+
+def lay_out_group(
+    episodes: Sequence[tuple[Sequence[str], pa.Table, pa.Table]],
+    steps_group_steps: int = STEPS_ROW_GROUP_STEPS,
+) -> GroupLayout:
+    """Lay out `episodes` ((cameras, steps rows, video rows) each, in file order): each episode's
+    steps in row groups of `steps_group_steps` (`sort_steps`), its video rows by camera and chunk
+    (`sort_video`).
+
+    Example:
+        >>> laid = lay_out_group([(["front"], steps_a, video_a), (["front"], steps_b, video_b)])
+        >>> laid.steps_row_group, laid.video_row_groups
+        ([0, 2], [[0], [12]])
+    """
+    steps_parts: list[pa.Table] = []
+    video_parts: list[pa.Table] = []
+    steps_groups: list[int] = []
+    first_groups: list[int] = []
+    chunk_rows: list[list[int]] = []
+    video_rows = 0
+    for cameras, steps, video in episodes:
+        steps, groups = sort_steps(steps, steps_group_steps)
+        video, starts = sort_video(video, [str(c) for c in cameras])
+        first_groups.append(len(steps_groups) if groups else -1)
+        chunk_rows.append([video_rows + s for s in starts])
+        steps_parts.append(steps)
+        steps_groups += groups
+        video_parts.append(video)
+        video_rows += video.num_rows
+    return GroupLayout(
+        steps=pa.concat_tables(steps_parts),
+        steps_groups=steps_groups,
+        video=pa.concat_tables(video_parts),
+        steps_row_group=first_groups,
+        video_row_groups=chunk_rows,
+    )

@@ -35,8 +35,7 @@ from pi_format.lake._commit import commit_actions, file_sizes
 from pi_format.lake._files import (
     STEPS_ROW_GROUP_STEPS,
     WrittenFile,
-    sort_steps,
-    sort_video,
+    lay_out_group,
     table_filesystem,
     write_file,
 )
@@ -269,11 +268,7 @@ def _write_group(
 ) -> list[tuple[str, WrittenFile]]:
     """Copy the rows of `markers` (sorted) into one new steps, video and episodes file; returns
     them, not committed."""
-    steps_parts: list[pa.Table] = []
-    steps_groups: list[int] = []
-    video_parts: list[pa.Table] = []
-    locator: dict[str, list[Any]] = {c: [] for c in LOCATOR_COLUMNS}
-    video_rows = 0
+    episodes = []
     for marker in markers.select(
         ["episode_id", "attempt_id", "step_count", "cameras", *LOCATOR_COLUMNS]
     ).to_pylist():
@@ -282,44 +277,14 @@ def _write_group(
                 f"episode {marker['episode_id']}/{marker['attempt_id']} was written before locators "
                 "existed (its rows are found only by scanning); such file groups are left as they are"
             )
-        steps = _steps_of(steps_source, marker)
-        video = _video_of(video_source, marker)
-        steps, groups = (
-            sort_steps(steps.slice(0, int(marker["step_count"])), steps_group_steps)
-            if steps.num_rows
-            else (steps, [])
-        )
-        video, starts = sort_video(video, [str(c) for c in marker["cameras"]])
-        locator["steps_row_group"].append(len(steps_groups) if groups else -1)
-        locator["video_row_groups"].append([video_rows + s for s in starts])
-        steps_parts.append(steps)
-        steps_groups += groups
-        video_parts.append(video)
-        video_rows += video.num_rows
-    out: list[tuple[str, WrittenFile]] = []
-    steps_file = video_file = None
-    if steps_groups:
-        steps_file = write_file(
-            layout.steps, pa.concat_tables(steps_parts), steps_groups, writer_id=writer_id, compression="zstd"
-        )
-        out.append(("steps", steps_file))
-    if video_rows:
-        # one video row per row group, no footer statistics: as LakeWriter writes them (§7.8)
-        video_file = write_file(
-            layout.video,
-            pa.concat_tables(video_parts),
-            [1] * video_rows,
-            writer_id=writer_id,
-            compression="none",
-            footer_statistics=False,
-        )
-        out.append(("video", video_file))
-    locator["steps_file"] = [steps_file.relative_path if steps_file else None] * markers.num_rows
-    locator["video_file"] = [video_file.relative_path if video_file else None] * markers.num_rows
-    for column in LOCATOR_COLUMNS:
-        index = markers.schema.get_field_index(column)
-        field_ = markers.schema.field(index)
-        markers = markers.set_column(index, field_, pa.array(locator[column], field_.type))
+        steps = _steps_of(steps_source, marker).slice(0, int(marker["step_count"]))
+        episodes.append((marker["cameras"], steps, _video_of(video_source, marker)))
+    laid = lay_out_group(episodes, steps_group_steps)  # as LakeWriter lays a group out (§7.8)
+    steps_file, video_file = laid.write(layout.steps, layout.video, writer_id=writer_id)
+    out: list[tuple[str, WrittenFile]] = [
+        (name, file) for name, file in (("steps", steps_file), ("video", video_file)) if file is not None
+    ]
+    markers = laid.locate(markers, steps_file, video_file)
     out.append(
         (
             "episodes",

@@ -41,9 +41,9 @@ from typing import Any
 import pyarrow as pa
 
 from pi_format.lake._committed import CommittedEpisodes, read_file
-from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, sort_steps, sort_video, write_file
+from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, lay_out_group, write_file
 from pi_format.lake.layout import LakeLayout
-from pi_format.lake.schemas import LOCATOR_COLUMNS, TABLE_SCHEMAS
+from pi_format.lake.schemas import TABLE_SCHEMAS
 from pi_format.lake.tables import ensure_lake_tables, post_commit_hooks, row_group_sizes
 from pi_format.lake.visibility import read_deleted_ids
 
@@ -340,51 +340,23 @@ class LakeWriter:
     def _write_rows(self, group: list[EpisodeRows]) -> pa.Table:
         """Write and commit the steps and video of `group` (sorted by episode id); returns their
         episodes rows with the locator filled in."""
-        steps_parts: list[pa.Table] = []
-        steps_groups: list[int] = []
-        video_parts: list[pa.Table] = []
-        locator: dict[str, list[Any]] = {c: [] for c in LOCATOR_COLUMNS}
-        video_rows = 0
-        for rows in group:
-            cameras = [str(c) for c in rows.episode.column("cameras")[0].as_py()]
-            steps, groups = sort_steps(_conform("steps", rows.steps), self._steps_group_steps)
-            video, starts = sort_video(_conform("video", rows.video), cameras)
-            locator["steps_row_group"].append(len(steps_groups) if groups else -1)
-            locator["video_row_groups"].append([video_rows + s for s in starts])
-            steps_parts.append(steps)
-            steps_groups += groups
-            video_parts.append(video)
-            video_rows += video.num_rows
-        steps_file = self._write_table("steps", pa.concat_tables(steps_parts), steps_groups, "zstd")
-        # encoded video does not compress further; one row per row group (one chunk per read)
-        video_file = self._write_table("video", pa.concat_tables(video_parts), [1] * video_rows, "none")
+        laid = lay_out_group(
+            [
+                (
+                    [str(c) for c in rows.episode.column("cameras")[0].as_py()],
+                    _conform("steps", rows.steps),
+                    _conform("video", rows.video),
+                )
+                for rows in group
+            ],
+            self._steps_group_steps,
+        )
+        steps_file, video_file = laid.write(self.layout.steps, self.layout.video, writer_id=self.writer_id)
         for name, written in (("steps", steps_file), ("video", video_file)):
             if written is not None:
                 self._commit_files(name, written)
-        locator["steps_file"] = [steps_file.relative_path if steps_file else None] * len(group)
-        locator["video_file"] = [video_file.relative_path if video_file else None] * len(group)
-        markers = pa.concat_tables([_conform("episodes", r.episode) for r in group])
-        for column in LOCATOR_COLUMNS:
-            index = markers.schema.get_field_index(column)
-            markers = markers.set_column(
-                index,
-                markers.schema.field(index),
-                pa.array(locator[column], markers.schema.field(index).type),
-            )
-        return markers
-
-    def _write_table(
-        self, name: str, rows: pa.Table, row_groups: list[int], compression: str
-    ) -> WrittenFile | None:
-        if rows.num_rows == 0:
-            return None
-        return write_file(
-            self.layout.table(name),
-            rows,
-            row_groups,
-            writer_id=self.writer_id,
-            compression=compression,
-            footer_statistics=name != "video",
+        return laid.locate(
+            pa.concat_tables([_conform("episodes", r.episode) for r in group]), steps_file, video_file
         )
 
     def _commit_markers(
