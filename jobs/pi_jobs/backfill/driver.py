@@ -98,10 +98,11 @@ def plan_backfill(config: BackfillConfig) -> BackfillPlan:
     visible_attempt = dict(
         zip(visible.column("episode_id").to_pylist(), visible.column("attempt_id").to_pylist(), strict=True)
     )
-    todo = [e for e in sorted(ids) if e not in done_ids]
-    files = raw_files_of(source, todo)
+    pending = [e for e in sorted(ids) if e not in done_ids]
+    files = raw_files_of(source, pending)
     items = tuple(
-        (e, str(stream_attempt.get(e) or visible_attempt[e]), FILES_SEP.join(files.get(e, ()))) for e in todo
+        (e, str(stream_attempt.get(e) or visible_attempt[e]), FILES_SEP.join(files.get(e, ())))
+        for e in pending
     )
     return BackfillPlan(featurizer, len(ids), tuple(sorted(e for e in ids if e in done_ids)), items)
 
