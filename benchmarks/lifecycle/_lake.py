@@ -22,7 +22,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from benchmarks.scale._grow import GrowConfig, delta_log_sizes, episode_copy, template_rows
+from benchmarks.scale._grow import GrowConfig, delta_log_sizes, episode_copy, template_episode, template_rows
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,20 +58,9 @@ class _Template:
 
 def _template(config: GrowConfig) -> _Template:
     from pi_format.wire.writer import encode_episode
-    from pi_ingest.simulator import SimulationConfig, simulate_episode
 
-    sim = SimulationConfig(
-        robots=1,
-        episodes_per_robot=1,
-        duration_s=config.duration_s,
-        control_rate_hz=config.control_rate_hz,
-        camera_fps=config.camera_fps,
-        camera_width=config.size_px,
-        camera_height=config.size_px,
-        seed=config.seed,
-    )
-    messages = encode_episode(simulate_episode(sim, 0, 0).episode)
-    return _Template(rows=template_rows(config), messages=messages)
+    episode = template_episode(config)  # simulated once: its rows and its wire messages
+    return _Template(rows=template_rows(config, episode), messages=encode_episode(episode))
 
 
 def _shift_proprio(steps: pa.Table, offset: float) -> pa.Table:

@@ -57,10 +57,9 @@ class GrowConfig:
         return round(self.duration_s * self.control_rate_hz)
 
 
-def template_rows(config: GrowConfig) -> Any:
-    """The one rendered episode every copy reuses (pi_format.lake.EpisodeRows)."""
+def template_episode(config: GrowConfig) -> Any:
+    """The one simulated episode every copy is made from (a pi_format.Episode)."""
     from pi_ingest.simulator import SimulationConfig, simulate_episode
-    from pi_jobs.stream.featurize import FeaturizeConfig, featurize
 
     sim = SimulationConfig(
         robots=1,
@@ -72,7 +71,15 @@ def template_rows(config: GrowConfig) -> Any:
         camera_height=config.size_px,
         seed=config.seed,
     )
-    episode = simulate_episode(sim, 0, 0).episode
+    return simulate_episode(sim, 0, 0).episode
+
+
+def template_rows(config: GrowConfig, episode: Any = None) -> Any:
+    """The one rendered episode every copy reuses (pi_format.lake.EpisodeRows), featurized from
+    `episode` (default: `template_episode(config)`)."""
+    from pi_jobs.stream.featurize import FeaturizeConfig, featurize
+
+    episode = template_episode(config) if episode is None else episode
     now = time.time_ns()
     return featurize(
         episode,
