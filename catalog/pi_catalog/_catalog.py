@@ -25,6 +25,7 @@ import pyarrow.compute as pc
 from pi_format import LakeLayout
 from pi_format.lake.visibility import read_deleted_ids
 
+from pi_catalog._annotations import ANNOTATIONS_INDEX, AnnotationsMixin
 from pi_catalog._connection import ServerLocation, connect, parse_location
 from pi_catalog._engine import Engine, embedded, release
 from pi_catalog._errors import CatalogQueryError
@@ -70,7 +71,7 @@ class _Session:
     ensured: set[str] = field(default_factory=set)
 
 
-class Catalog(SnapshotsMixin):
+class Catalog(SnapshotsMixin, AnnotationsMixin):
     """The episode index in ClickHouse: embedded chdb at a path, or a server at an http(s) URL.
 
     On chdb the process opens the engine on its first call and keeps it, with an exclusive
@@ -321,8 +322,11 @@ class Catalog(SnapshotsMixin):
         if not ids:
             return 0
         with self._session() as session:
-            self._ensure(session)
-            return sum(self._forget(session.client, INDEX_TABLE, batch) for batch in id_batches(ids))
+            self._ensure_annotations(session)
+            forgotten = sum(self._forget(session.client, INDEX_TABLE, batch) for batch in id_batches(ids))
+            for batch in id_batches(ids):  # a deleted episode's annotations go with it
+                self._forget(session.client, ANNOTATIONS_INDEX, batch)
+            return forgotten
 
     def _forget(self, client: Any, table: str, ids: list[str]) -> int:
         params = {"ids": ids}
@@ -370,6 +374,7 @@ class Catalog(SnapshotsMixin):
         on chdb other calls of the process (and other processes) run between the batches. Rows
         that writers recorded while the rebuild ran are carried into the new index, episodes
         deleted meanwhile are forgotten in it. A failed rebuild leaves the old index as it was.
+        The `annotations` table is rebuilt after it the same way (`rebuild_annotations`).
         `dataset_snapshots` and `episode_freshness` are not touched.
 
         Returns:
@@ -415,6 +420,7 @@ class Catalog(SnapshotsMixin):
             if not swapped:
                 with contextlib.suppress(Exception), self._session() as session:
                     self._command(session.client, f"DROP TABLE IF EXISTS {staging} SYNC")
+        self.rebuild_annotations(layout)
         return RebuildReport(
             episodes=indexed,
             deleted_excluded=lake.deleted_excluded,

@@ -21,7 +21,8 @@ from pi_format import (
 
 def test_table_names() -> None:
     assert set(TABLE_SCHEMAS) == {
-        "raw", "episodes", "steps", "video", "quarantine", "quarantine_releases", "deletions", "pins"
+        "raw", "episodes", "steps", "video", "quarantine", "quarantine_releases", "deletions", "pins",
+        "annotations",
     }
     assert TABLE_SCHEMAS["episodes"] is EPISODES_SCHEMA
 
@@ -84,6 +85,7 @@ def test_nullable_columns_are_the_documented_ones() -> None:
         "quarantine_releases": [],
         "deletions": [],
         "pins": ["sql"],
+        "annotations": [],
     }
 
 

@@ -9,10 +9,19 @@ reader already depends on, and it imports no other pi package (SPEC.md §7).
 """
 
 from pi_format.lake._commit import commit_actions
+from pi_format.lake.annotations import (
+    ANNOTATION_KINDS,
+    Annotation,
+    AnnotationStore,
+    current_annotations,
+    drop_episode_annotations,
+    value_at,
+)
 from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, table_filesystem, write_file
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.pins import Pin, PinStore, PinSummary, content_hash
 from pi_format.lake.schemas import (
+    ANNOTATIONS_SCHEMA,
     DELETIONS_SCHEMA,
     EPISODES_SCHEMA,
     LINEAGE_COLUMNS,
@@ -50,6 +59,8 @@ from pi_format.lake.writer import (
 )
 
 __all__ = [
+    "ANNOTATIONS_SCHEMA",
+    "ANNOTATION_KINDS",
     "COMMIT_COLUMNS",
     "DELETIONS_SCHEMA",
     "EPISODES_SCHEMA",
@@ -69,6 +80,8 @@ __all__ = [
     "TXN_BUCKETS",
     "UNINDEXED_COLUMNS",
     "VIDEO_SCHEMA",
+    "Annotation",
+    "AnnotationStore",
     "EpisodeRows",
     "GroupCommit",
     "LakeLayout",
@@ -80,6 +93,8 @@ __all__ = [
     "bucket_app_id",
     "commit_actions",
     "content_hash",
+    "current_annotations",
+    "drop_episode_annotations",
     "ensure_lake_tables",
     "latest_commits",
     "pinned_rows",
@@ -88,6 +103,7 @@ __all__ = [
     "read_visible",
     "table_filesystem",
     "table_writer_properties",
+    "value_at",
     "visible_mask",
     "visible_rows",
     "write_file",

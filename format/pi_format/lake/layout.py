@@ -63,5 +63,9 @@ class LakeLayout:
         return self.table("pins")
 
     @property
+    def annotations(self) -> str:
+        return self.table("annotations")
+
+    @property
     def is_local(self) -> bool:
         return "://" not in self.root or self.root.startswith("file://")

@@ -199,6 +199,27 @@ PINS_SCHEMA = pa.schema(
     ]
 )
 
+# Annotations of episodes after the fact (`pilake annotate`, SPEC.md §7.12): one row per
+# (episode, step span, kind, source, version), append-only; no video or step is rewritten. The
+# current value of a (episode, span, kind, source) is its highest version; an episode's
+# annotations follow the episode, not the attempt (`pi_format.lake.annotations`).
+ANNOTATIONS_SCHEMA = pa.schema(
+    [
+        # sha256 of every other column but written_at_ns: the same annotation imported twice is
+        # one annotation (readers count it once; an import skips the ids the table has)
+        pa.field("annotation_id", pa.string(), nullable=False),
+        pa.field("episode_id", pa.string(), nullable=False),
+        pa.field("attempt_id", pa.string(), nullable=False),  # the attempt it was written against
+        pa.field("step_start", pa.int32(), nullable=False),  # the span [step_start, step_end)
+        pa.field("step_end", pa.int32(), nullable=False),
+        pa.field("kind", pa.string(), nullable=False),  # instruction | subtask | quality_score | tag
+        pa.field("value", pa.string(), nullable=False),
+        pa.field("source", pa.string(), nullable=False),  # who or what wrote it ("lerobot:tasks")
+        pa.field("version", pa.int64(), nullable=False),  # the source's version of it
+        pa.field("written_at_ns", pa.int64(), nullable=False),  # what a pin's creation time compares
+    ]
+)
+
 TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "raw": RAW_SCHEMA,
     "episodes": EPISODES_SCHEMA,
@@ -208,4 +229,5 @@ TABLE_SCHEMAS: dict[str, pa.Schema] = {
     "quarantine_releases": QUARANTINE_RELEASES_SCHEMA,
     "deletions": DELETIONS_SCHEMA,
     "pins": PINS_SCHEMA,
+    "annotations": ANNOTATIONS_SCHEMA,
 }

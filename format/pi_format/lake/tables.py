@@ -25,6 +25,7 @@ _ROW_GROUP_ROWS = {
     "quarantine_releases": 1024,
     "deletions": 1024,
     "pins": 1,
+    "annotations": 4096,
 }
 
 

@@ -15,6 +15,7 @@ from collections.abc import Sequence
 from pi_format.jsonlog import EVENT_LOG_DIR_ENV
 
 from pi_jobs.cli import (
+    _annotate,
     _audit,
     _backfill,
     _catalog,
@@ -46,6 +47,7 @@ _COMMAND_GROUPS = (
     _stream,
     _backfill,
     _dataset,
+    _annotate,
     _maintenance,
     _quarantine,
     _catalog,

@@ -34,7 +34,7 @@ from pi_jobs.maintenance._lock import maintenance_lock
 log = logging.getLogger(__name__)
 
 # Tables without locators into them: delta-rs's bin-packing compaction is enough.
-BINPACKED_TABLES = ("raw", "quarantine", "quarantine_releases", "deletions")
+BINPACKED_TABLES = ("raw", "quarantine", "quarantine_releases", "deletions", "annotations")
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,7 +97,13 @@ class CompactReport:
 def _file_counts(layout: LakeLayout, names: tuple[str, ...]) -> dict[str, int]:
     from deltalake import DeltaTable
 
-    return {name: len(DeltaTable(layout.table(name)).file_uris()) for name in names}
+    out = {}
+    for name in names:
+        try:
+            out[name] = len(DeltaTable(layout.table(name)).file_uris())
+        except Exception:  # a lake older than this table (annotations): no files
+            out[name] = 0
+    return out
 
 
 def choose_groups(groups: tuple[FileGroup, ...], legacy: set[str], config: CompactConfig) -> list[FileGroup]:

@@ -55,9 +55,19 @@ def _episodes_rows(layout: LakeLayout, episode_ids: Sequence[str] | None) -> tup
 
 
 def _versions(layout: LakeLayout) -> dict[str, int]:
+    """The versions a pin is taken at; with the annotations table's (when the lake has one): the
+    annotation versions the pin saw. A pinned read takes the annotations written at or before
+    the pin's creation (`pi_format.lake.annotations`), so a later import changes nothing it reads.
+    """
     from deltalake import DeltaTable
+    from pi_format.lake import AnnotationStore
 
-    return {name: int(DeltaTable(layout.table(name)).version()) for name in ("episodes", "steps", "video")}
+    names = ("episodes", "steps", "video")
+    versions = {name: int(DeltaTable(layout.table(name)).version()) for name in names}
+    annotations = AnnotationStore(layout).version()
+    if annotations is not None:
+        versions["annotations"] = annotations
+    return versions
 
 
 def create_dataset(

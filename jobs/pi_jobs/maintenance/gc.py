@@ -9,6 +9,7 @@ What goes (SPEC.md §7.10):
   a whole file no marker names, by removing it from its table once it is older than
   `tombstones.IN_FLIGHT_GRACE_S` (a writer may be about to commit its markers);
 * raw (bronze) rows of deleted episodes no pin holds, except attempts a quarantine row points to;
+* annotations rows of deleted episodes no pin holds (`pi_format.lake.annotations`);
 * data files no table version holds and no marker names, past the retention (`tombstones`);
 * expired Delta log entries (`delta.logRetentionDuration`, 7 days; pins never need them).
 
@@ -26,7 +27,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 import pyarrow.compute as pc
 from pi_format import LakeLayout
-from pi_format.lake import PinStore, latest_commits, read_deleted_ids
+from pi_format.lake import PinStore, drop_episode_annotations, latest_commits, read_deleted_ids
 from pi_format.lake.file_groups import FileGroup, LakeFiles, read_lake_files
 from pi_format.lake.rewrite import rewrite_groups
 from pi_format.lake.tombstones import IN_FLIGHT_GRACE_S
@@ -70,6 +71,7 @@ class GcReport:
     groups_with_uncommitted_rows: int = 0
     orphan_files: dict[str, int] = field(default_factory=dict)  # table -> never-committed files dropped
     raw_rows_removed: int = 0
+    annotation_rows_removed: int = 0
     files_deleted: dict[str, int] = field(default_factory=dict)
     bytes_deleted: dict[str, int] = field(default_factory=dict)
     bytes_to_free_after_retention: int = 0
@@ -91,6 +93,7 @@ class GcReport:
             f"gc: {verb} {sum(self.orphan_files.values())} files no marker names "
             f"{self.orphan_files or ''}".rstrip(),
             f"gc: {verb} {self.raw_rows_removed} raw rows of deleted episodes",
+            f"gc: {verb} {self.annotation_rows_removed} annotations rows of deleted episodes",
         ]
         for table in sorted(self.files_deleted):
             out.append(
@@ -234,6 +237,10 @@ def gc(
             layout, plan.lake, max(retention_s, IN_FLIGHT_GRACE_S), dry_run=config.dry_run
         )
         report.raw_rows_removed, report.quarantined_raw_kept = rewrite_raw(
+            layout, plan.deleted_unpinned, dry_run=config.dry_run, writer_id=config.writer_id
+        )
+        # a deleted episode's annotations go with its bytes (pi_format.lake.annotations)
+        report.annotation_rows_removed = drop_episode_annotations(
             layout, plan.deleted_unpinned, dry_run=config.dry_run, writer_id=config.writer_id
         )
         deleted_files, deleted_bytes = delete_unneeded_files(layout, retention_s, dry_run=config.dry_run)
