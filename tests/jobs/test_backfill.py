@@ -340,3 +340,37 @@ def test_the_plan_names_the_raw_files_of_each_episode(tmp_path: Path) -> None:
     assert [(e, set(files.split(FILES_SEP))) for e, _, files in plan.items] == [
         (e, truth[e]) for e in sorted(ids)
     ]
+
+
+@integration
+def test_the_summary_counts_what_the_last_group_commit_committed(tmp_path: Path) -> None:
+    """4 episodes in one group of 16 (the CLI's default): the only commit is the one in the
+    function's close(), which PyFlink runs after the job may read FINISHED; the summary, the
+    run's catalog record and a re-run must all say 4 (the summary said 0 before)."""
+    from pi_catalog import Catalog, backfill_runs
+    from pi_jobs.backfill import BackfillConfig, plan_backfill, run_backfill
+    from pi_jobs.backfill.driver import _count_commits
+
+    layout, catalog_path, ids = make_stream_lake(tmp_path, 4)
+    config = BackfillConfig(
+        lake_root=layout.root,
+        catalog_path=catalog_path,
+        featurizer="res96",
+        work_dir=tmp_path / "work",
+        where=f"episode_id IN ({', '.join(repr(e) for e in ids)})",
+        group_commit_episodes=16,
+    )
+    plan = plan_backfill(config)
+    report = run_backfill(config)
+    tagged = read_committed(layout, ["featurizer"]).column("featurizer").to_pylist()
+    assert tagged == ["res96@1"] * 4  # it did commit all 4
+    assert (report.selected, report.already_done, report.committed, report.failed) == (4, 0, 4, 0)
+    assert report.processed == 4 and report.episodes_per_s > 0, str(report)
+    catalog = Catalog(catalog_path)
+    assert [r["committed"] for r in backfill_runs(catalog).to_pylist()] == [4]
+    catalog.close()
+    # a progress read that missed the last commit is corrected from the lake, never over-counted
+    assert _count_commits(config, plan, {"committed": 0, "duplicates": 0})["committed"] == 4
+    assert _count_commits(config, plan, {"committed": 0, "duplicates": 1})["committed"] == 3
+    again = run_backfill(config)
+    assert (again.already_done, again.committed) == (4, 0)

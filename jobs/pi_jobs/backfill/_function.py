@@ -235,7 +235,14 @@ def read_run_progress(progress_path: Path) -> dict[str, Any]:
 
     from pi_jobs.stream._progress import progress_files
 
-    total: dict[str, Any] = {"episodes": 0, "committed": 0, "duplicates": 0, "failed": 0, "bytes": 0}
+    total: dict[str, Any] = {
+        "episodes": 0,
+        "committed": 0,
+        "duplicates": 0,
+        "failed": 0,
+        "bytes": 0,
+        "buffered": 0,  # featurized, waiting for a group commit (the last one is in close())
+    }
     failures: list[str] = []
     starts: list[int] = []
     last = 0

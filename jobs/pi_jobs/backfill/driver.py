@@ -25,6 +25,12 @@ from pi_jobs.backfill.config import BackfillConfig, BackfillError, BackfillRepor
 from pi_jobs.backfill.featurizers import Featurizer, get_featurizer
 
 log = logging.getLogger("pi_jobs.backfill")
+# How long the driver waits, once the job reports FINISHED, for the workers' last progress: the
+# final group commit happens in the function's close(), which PyFlink runs as the Python worker
+# shuts down, after the job may already read FINISHED (seen: the run committed 4 episodes and the
+# summary said 0). Normally well under a second; bounded so a worker killed in close() cannot
+# hang the driver, and the lake is counted after it either way.
+_SETTLE_TIMEOUT_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -198,6 +204,7 @@ def run_backfill(config: BackfillConfig) -> BackfillReport:
     try:
         if plan.items:
             progress, job_s = _run_job(config, plan, run_id, build_backfill_job, read_run_progress)
+            progress = _count_commits(config, plan, progress)
     except BaseException:
         status = "failed"
         progress = read_run_progress(config.progress_path)
@@ -282,8 +289,56 @@ def _run_job(
                 client.cancel().result()
             except Exception as err:  # already ended
                 log.debug("cancel: %s", err)
+    progress = _settled_progress(config, total, progress, read_progress)
     first, last = int(progress.get("first_activity_ns", 0)), int(progress.get("last_activity_ns", 0))
     return progress, max(0.0, (last - first) / 1e9)
+
+
+def _settled_progress(
+    config: BackfillConfig, total: int, progress: dict[str, Any], read_progress: Any
+) -> dict[str, Any]:
+    """The workers' progress once every item is processed and no episode waits for its group
+    commit (`buffered` 0 in every subtask), or as it stands after `_SETTLE_TIMEOUT_S`."""
+    deadline = time.monotonic() + _SETTLE_TIMEOUT_S
+    while not (int(progress.get("episodes", 0)) >= total and int(progress.get("buffered", 0)) == 0):
+        if time.monotonic() >= deadline:
+            log.warning(
+                "backfill: the workers' progress did not settle within %.0f s (%s); counting the lake",
+                _SETTLE_TIMEOUT_S,
+                {k: progress.get(k) for k in ("episodes", "buffered", "committed")},
+            )
+            break
+        time.sleep(0.1)
+        progress = read_progress(config.progress_path)
+    return progress
+
+
+def _count_commits(config: BackfillConfig, plan: BackfillPlan, progress: dict[str, Any]) -> dict[str, Any]:
+    """`progress` with `committed` checked against the lake: the planned episodes whose visible
+    attempt in the target now carries the featurizer, less those the workers found already done
+    (duplicates), are what this run committed. The workers' own count can only lag the lake (a
+    progress file written after the driver read it), never lead it."""
+    from pi_format import LakeLayout
+    from pi_format.lake import latest_commits
+    from pi_format.lake.visibility import read_deleted_ids
+
+    planned = {item[0] for item in plan.items}
+    target = latest_commits(_episodes(config.target_root), read_deleted_ids(LakeLayout(config.target_root)))
+    done_now = sum(
+        1
+        for e, f in zip(
+            target.column("episode_id").to_pylist(), target.column("featurizer").to_pylist(), strict=True
+        )
+        if f == plan.featurizer.tag and e in planned
+    )
+    committed = max(int(progress.get("committed", 0)), done_now - int(progress.get("duplicates", 0)))
+    if committed != int(progress.get("committed", 0)):
+        log.warning(
+            "backfill: the workers reported %s committed, the lake holds %d of this run's episodes",
+            progress.get("committed", 0),
+            committed,
+        )
+    return {**progress, "committed": committed}
 
 
 def _busy_mb_per_s(progress: dict[str, Any]) -> float:
