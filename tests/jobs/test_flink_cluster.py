@@ -4,9 +4,9 @@ the apache-flink wheel, started by `pilake up --flink`), at parallelism 2 on two
 Half the episodes are uploaded and the job (`pilake stream --until-idle` with PILAKE_FLINK_URL:
 submitted with `flink run`, watched over REST) commits some of them; then the TaskManager JVM is
 SIGKILLed, the other half is uploaded, and a new TaskManager is started (`taskmanager.sh start`).
-The job must restore its last checkpoint, the uploader must get every confirmation, the driver
-must see the topic drained and stop the job, and `pilake audit` must show nothing missing and
-nothing duplicated.
+The job must restore its last checkpoint, the uploader must get every confirmation (it never
+re-sends here, so only Flink's recovery can deliver), the driver must see the topic drained and
+stop the job, and `pilake audit` must show nothing missing and nothing duplicated.
 `pilake down` must leave no process of the cluster behind. Config helpers are unit-tested first.
 """
 
@@ -33,8 +33,10 @@ _SUBMITTED = re.compile(r"stream job ([0-9a-f]{32}) submitted")
 START_TIMEOUT_S = 240.0
 RESTORE_TIMEOUT_S = 240.0
 CONFIRM_TIMEOUT_S = 300.0
-
-
+# The uploader never re-sends in the TaskManager test (its re-send wait is far past the whole
+# test): every episode must reach the lake through Flink's restore from the checkpoint and the
+# replay of the topic from its offsets, not through a second copy from the robot.
+NO_RESEND_S = 24 * 3600.0
 
 
 def _pilake(env: dict[str, str], *args: str, timeout_s: float = 300.0) -> subprocess.CompletedProcess[str]:
@@ -178,7 +180,7 @@ def test_taskmanager_killed_half_way(tmp_path: Path, stack_settings: Any) -> Non
                 submit_stream_job(bad, url)
             mark("refused")
 
-            with stack.uploader("robot") as up:
+            with stack.uploader("robot", resend_after_s=NO_RESEND_S) as up:
                 for ep in first:
                     up.submit(ep)
                 up.send_pending()
@@ -259,6 +261,8 @@ def test_taskmanager_killed_half_way(tmp_path: Path, stack_settings: Any) -> Non
     assert down.returncode == 0 and left == [], (down.stdout + down.stderr, left)
     assert 2 <= committed_when_killed <= len(first), "kill after commits, before the 2nd half"
     assert restored >= 1
+    # only Flink's recovery delivered: the uploader sent each episode once
+    assert report.resent_episodes == 0, observed
     assert progress.get("subtasks") == 2, "parallelism 2: two sink subtasks, two progress files"
     assert (audit["missing"], audit["duplicated"]) == (0, 0), audit
     assert audit["ok"] and audit["visible"] == audit["episodes_in"] == len(episodes), audit

@@ -218,7 +218,10 @@ class FaultStack:
             time.sleep(0.2)
 
     # -- uploaders ---------------------------------------------------------------------------
-    def uploader(self, name: str) -> Any:
+    def uploader(self, name: str, *, resend_after_s: float = RESEND_AFTER_S) -> Any:
+        """An uploader with its own spool in this stack. `resend_after_s`: how long an
+        unacknowledged episode waits before it is sent again; a test that must prove the stream
+        job recovered by itself sets it beyond the test's length, so no re-send can deliver."""
         from pi_ingest import Uploader, UploaderConfig
 
         spool = self.home / f"spool-{name}"
@@ -227,7 +230,7 @@ class FaultStack:
             UploaderConfig(
                 self.bootstrap,
                 spool,
-                resend_after_s=RESEND_AFTER_S,
+                resend_after_s=resend_after_s,
                 delivery_timeout_s=5.0,
                 backoff_initial_s=0.2,
                 backoff_max_s=2.0,
