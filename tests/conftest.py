@@ -39,3 +39,12 @@ def broker(stack_settings) -> Iterator[str]:
         yield stack_settings.bootstrap_servers
     finally:
         stop_broker(stack_settings)
+
+
+@pytest.fixture(scope="session")
+def seaweed(tmp_path_factory: pytest.TempPathFactory):  # -> tests.fixtures.seaweedfs.SeaweedS3
+    """A real S3 server (SeaweedFS) for the whole session; tests write under their own prefix."""
+    from tests.fixtures.seaweedfs import seaweedfs
+
+    with seaweedfs(tmp_path_factory.mktemp("seaweedfs"), s3_port=_free_port()) as server:
+        yield server
