@@ -60,3 +60,21 @@ class VideoError(PiFormatError):
 class LakeError(PiFormatError):
     """A lake-table operation cannot be done as asked (a pin name that is taken, a pin that does
     not exist, files a rewrite needs that are gone)."""
+
+
+class ChecksumError(LakeError):
+    """Stored bytes do not match their checksum (a Parquet page's CRC, a video chunk's
+    `chunk_crc32`): the bytes changed after they were written. The message names the file and
+    where in it; `where` holds the same as fields (table, file, row_group, column, page, row).
+
+    Example:
+        >>> try:
+        ...     check_chunk_crcs(video_rows)
+        ... except ChecksumError as err:
+        ...     print(err.where["row"])
+        3
+    """
+
+    def __init__(self, message: str, where: dict[str, object] | None = None) -> None:
+        super().__init__(message)
+        self.where = dict(where or {})

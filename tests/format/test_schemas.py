@@ -56,7 +56,7 @@ def test_every_table_carries_attempt_id(schema: pa.Schema) -> None:
         (VIDEO_SCHEMA, {"camera": pa.string(), "chunk_index": pa.int32(), "first_frame": pa.int32(),
                         "frame_count": pa.int32(), "frame_timestamps_ns": pa.list_(pa.int64()),
                         "codec": pa.string(), "width": pa.int32(), "height": pa.int32(),
-                        "data": pa.binary()}),
+                        "data": pa.binary(), "chunk_crc32": pa.int64()}),
         (QUARANTINE_SCHEMA, {"quarantine_id": pa.string(), "reason": pa.string(), "details": pa.string(),
                              "kafka_topic": pa.string(), "kafka_partition": pa.int32(),
                              "kafka_offsets": pa.list_(pa.int64()), "raw_pointer": pa.string(),
@@ -80,7 +80,7 @@ def test_nullable_columns_are_the_documented_ones() -> None:
             + [f"{k}_{c}" for k in ("proprio", "action") for c in ("mean64", "m2", "sketch")]
         ),
         "steps": [],
-        "video": [],
+        "video": ["chunk_crc32"],  # null in rows written before chunk checksums (2026-11-26)
         "quarantine": ["episode_id"],
         "quarantine_releases": [],
         "deletions": [],

@@ -8,6 +8,7 @@ contract the wire protocol is for transport; pi_format is the one package every 
 reader already depends on, and it imports no other pi package (SPEC.md §7).
 """
 
+from pi_format.errors import ChecksumError
 from pi_format.lake._commit import commit_actions
 from pi_format.lake.annotations import (
     ANNOTATION_KINDS,
@@ -18,6 +19,15 @@ from pi_format.lake.annotations import (
     value_at,
 )
 from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, table_filesystem, write_file
+from pi_format.lake.integrity import (
+    CHUNK_CRC_COLUMN,
+    FileCheck,
+    PageFault,
+    check_chunk_crcs,
+    check_parquet_file,
+    chunk_crc32,
+    with_chunk_crcs,
+)
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.pins import Pin, PinStore, PinSummary, content_hash
 from pi_format.lake.schemas import (
@@ -61,6 +71,7 @@ from pi_format.lake.writer import (
 __all__ = [
     "ANNOTATIONS_SCHEMA",
     "ANNOTATION_KINDS",
+    "CHUNK_CRC_COLUMN",
     "COMMIT_COLUMNS",
     "DELETIONS_SCHEMA",
     "EPISODES_SCHEMA",
@@ -82,15 +93,21 @@ __all__ = [
     "VIDEO_SCHEMA",
     "Annotation",
     "AnnotationStore",
+    "ChecksumError",
     "EpisodeRows",
+    "FileCheck",
     "GroupCommit",
     "LakeLayout",
     "LakeWriter",
+    "PageFault",
     "Pin",
     "PinStore",
     "PinSummary",
     "WrittenFile",
     "bucket_app_id",
+    "check_chunk_crcs",
+    "check_parquet_file",
+    "chunk_crc32",
     "commit_actions",
     "content_hash",
     "current_annotations",
@@ -106,6 +123,7 @@ __all__ = [
     "value_at",
     "visible_mask",
     "visible_rows",
+    "with_chunk_crcs",
     "write_file",
     "writer_app_id",
 ]

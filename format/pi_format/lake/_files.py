@@ -138,6 +138,10 @@ def write_file(
             compression=compression,
             use_dictionary=[c for c in DICT_COLUMNS if c in names] if footer_statistics else False,
             write_statistics=[c for c in _STATS_COLUMNS if c in names] if footer_statistics else False,
+            # every page carries the CRC-32 of its stored bytes, which every reader checks
+            # (architecture decision 10; pi_format.lake.integrity): a zstd frame has no checksum
+            # of its own, and a flipped bit decodes to wrong values of the right size
+            write_page_checksum=True,
         )
         start = 0
         for rows in row_group_rows:

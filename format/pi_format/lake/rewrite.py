@@ -40,6 +40,7 @@ from pi_format.lake._files import (
     write_file,
 )
 from pi_format.lake.file_groups import REWRITTEN_TABLES, FileGroup
+from pi_format.lake.integrity import CHUNK_CRC_COLUMN, check_chunk_crcs
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.schemas import LOCATOR_COLUMNS, TABLE_SCHEMAS
 from pi_format.lake.tables import ensure_lake_tables
@@ -73,7 +74,11 @@ class _SourceFiles:
         found = self._files.get(path)
         if found is None:
             try:
-                found = pq.ParquetFile(self._fs.open_input_file(f"{self._base}/{path}"))
+                # every page's CRC checked as it is read: a rewrite never copies corrupt bytes
+                # into a new file with fresh checksums (architecture decision 10)
+                found = pq.ParquetFile(
+                    self._fs.open_input_file(f"{self._base}/{path}"), page_checksum_verification=True
+                )
             except FileNotFoundError as err:
                 raise LakeError(
                     f"{self._base}/{path} is named by a marker's locator but gone; run `pilake audit` "
@@ -125,8 +130,13 @@ def _video_of(source: _SourceFiles, marker: dict[str, Any]) -> pa.Table:
         )
     parquet = source.file(path)
     if parquet.metadata.num_row_groups == parquet.metadata.num_rows:  # one row per group (§7.8)
-        return parquet.read_row_groups(list(range(start, start + len(rows_at))))
-    return parquet.read().slice(start, len(rows_at))
+        rows = parquet.read_row_groups(list(range(start, start + len(rows_at))))
+    else:
+        rows = parquet.read().slice(start, len(rows_at))
+    if CHUNK_CRC_COLUMN not in rows.column_names:  # written before chunk checksums: stays null
+        rows = rows.append_column(pa.field(CHUNK_CRC_COLUMN, pa.int64()), pa.nulls(rows.num_rows, pa.int64()))
+    check_chunk_crcs(rows, where={"table": "video", "file": path})
+    return rows.select(TABLE_SCHEMAS["video"].names).cast(TABLE_SCHEMAS["video"])
 
 
 def _check_rows(rows: pa.Table, marker: dict[str, Any], count: int, where: str) -> None:
@@ -199,7 +209,10 @@ def rewrite_groups(
             import pyarrow.dataset as pads
 
             paths = [f"{e_base}/{p}" for g in batch for p in g.episodes_files]
-            markers = pads.dataset(paths, format="parquet", schema=schema, filesystem=e_fs).to_table()
+            checked = pads.ParquetFileFormat(
+                default_fragment_scan_options=pads.ParquetFragmentScanOptions(page_checksum_verification=True)
+            )
+            markers = pads.dataset(paths, format=checked, schema=schema, filesystem=e_fs).to_table()
             markers = _conform_markers(markers)
             if keep is not None and markers.num_rows:
                 markers = markers.filter(keep(markers))

@@ -100,6 +100,12 @@ LINEAGE_COLUMNS = ("featurizer",)
 # Every episodes column the catalog leaves out; all of them nullable (added after the first
 # lakes were written: `ensure_lake_tables` adds them to an older table).
 UNINDEXED_COLUMNS = LOCATOR_COLUMNS + NORM_STATS_COLUMNS + LINEAGE_COLUMNS
+# Nullable columns added to tables after lakes were written (`ensure_lake_tables` adds them to
+# an older table; readers take a file without them as holding nulls).
+ADDED_COLUMNS: dict[str, tuple[str, ...]] = {
+    "episodes": UNINDEXED_COLUMNS,
+    "video": ("chunk_crc32",),
+}
 
 STEPS_SCHEMA = pa.schema(
     [
@@ -128,6 +134,10 @@ VIDEO_SCHEMA = pa.schema(
         pa.field("width", pa.int32(), nullable=False),
         pa.field("height", pa.int32(), nullable=False),
         pa.field("data", pa.binary(), nullable=False),
+        # CRC-32 (zlib) of `data`, set where the chunk is encoded and checked before it is
+        # decoded (pi_format.lake.integrity); null in rows written before it existed (2026-11-26):
+        # such chunks are "unverifiable", never "ok"
+        pa.field("chunk_crc32", pa.int64()),
     ]
 )
 

@@ -12,7 +12,7 @@ import pyarrow as pa
 
 from pi_format.lake._files import DATA_SKIPPING_COLUMNS, DICT_COLUMNS, group_sizes
 from pi_format.lake.layout import LakeLayout
-from pi_format.lake.schemas import TABLE_SCHEMAS, UNINDEXED_COLUMNS
+from pi_format.lake.schemas import ADDED_COLUMNS, TABLE_SCHEMAS
 
 # Rows per Parquet row group of the tables written through delta-rs (raw, quarantine): small
 # groups keep one message's read small. steps and video are laid out by `_files` instead.
@@ -90,10 +90,10 @@ def table_writer_properties(name: str) -> Any:
 
 def ensure_lake_tables(layout: LakeLayout) -> dict[str, Any]:
     """Create the lake's tables that are missing (with TABLE_CONFIGURATION) and give an
-    `episodes` table made before some of its nullable columns (the locator, the mergeable
-    statistics: `UNINDEXED_COLUMNS`) those columns; returns every table, opened. Run it once
-    before starting parallel writers: table creation and schema changes are metadata commits,
-    and a writer whose first append races one fails with
+    `episodes` or `video` table made before some of its nullable columns (the locator, the
+    mergeable statistics, the video chunks' checksum: `ADDED_COLUMNS`) those columns; returns
+    every table, opened. Run it once before starting parallel writers: table creation and
+    schema changes are metadata commits, and a writer whose first append races one fails with
     "Metadata changed since last commit".
 
     Example:
@@ -110,11 +110,12 @@ def ensure_lake_tables(layout: LakeLayout) -> dict[str, Any]:
         )
     for name, table in tables.items():
         _declare_stats_columns(name, table)
-    episodes = tables["episodes"]
-    have = set(pa.schema(episodes.schema().to_arrow()).names)
-    missing = [f for f in TABLE_SCHEMAS["episodes"] if f.name in UNINDEXED_COLUMNS and f.name not in have]
-    if missing:
-        episodes.alter.add_columns([Field.from_arrow(f) for f in missing])
+    for name, added in ADDED_COLUMNS.items():
+        table = tables[name]
+        have = set(pa.schema(table.schema().to_arrow()).names)
+        missing = [f for f in TABLE_SCHEMAS[name] if f.name in added and f.name not in have]
+        if missing:
+            table.alter.add_columns([Field.from_arrow(f) for f in missing])
     return tables
 
 

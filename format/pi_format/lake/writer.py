@@ -42,8 +42,9 @@ import pyarrow as pa
 
 from pi_format.lake._committed import CommittedEpisodes, read_file
 from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, lay_out_group, write_file
+from pi_format.lake.integrity import with_chunk_crcs
 from pi_format.lake.layout import LakeLayout
-from pi_format.lake.schemas import TABLE_SCHEMAS
+from pi_format.lake.schemas import ADDED_COLUMNS, TABLE_SCHEMAS
 from pi_format.lake.tables import ensure_lake_tables, post_commit_hooks, row_group_sizes
 from pi_format.lake.visibility import read_deleted_ids
 
@@ -345,7 +346,9 @@ class LakeWriter:
                 (
                     [str(c) for c in rows.episode.column("cameras")[0].as_py()],
                     _conform("steps", rows.steps),
-                    _conform("video", rows.video),
+                    # each chunk's checksum: set by the featurizer where it was encoded (checked
+                    # here), or computed now for rows made without it
+                    _conform("video", with_chunk_crcs(rows.video)),
                 )
                 for rows in group
             ],
@@ -438,7 +441,7 @@ def _conform(name: str, rows: pa.Table) -> pa.Table:
     if rows.schema.equals(schema):
         return rows
     try:
-        if name == "episodes":  # rows of a lake older than the locator columns
+        if name in ADDED_COLUMNS:  # rows of a lake older than the added (nullable) columns
             for field in schema:
                 if field.name not in rows.column_names:
                     rows = rows.append_column(field, pa.nulls(rows.num_rows, field.type))

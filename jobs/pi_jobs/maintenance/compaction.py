@@ -12,7 +12,10 @@ them:
   order of SPEC.md §7.7 kept, every row kept (superseded and deleted attempts too: what goes is
   GC's call, not compaction's).
 * `raw`, `quarantine`, `quarantine_releases`, `deletions`: nothing points into their files, so
-  delta-rs's own `optimize.compact` bin-packs them (with the lake's Parquet settings).
+  their small files are bin-packed: read (every page's CRC checked) and written again by the
+  lake's own writer (`pi_format.lake.write_file`, page CRCs on), then committed as adds and
+  removes. Not delta-rs's `optimize.compact`: its Parquet writer (parquet-rs) writes no page
+  CRCs, so bin-packed files would lose the checksums (architecture decision 10).
 
 Memory is bounded by `target_file_bytes` (one output group in memory at a time); the stream job
 may keep committing: its appends never conflict with a rewrite's removes.
@@ -175,18 +178,51 @@ def compact(
 
 
 def _binpack(layout: LakeLayout, name: str, target_file_bytes: int, say: Callable[[str], None]) -> None:
+    """Merge the table's files below `target_file_bytes` into files of about that size (in
+    path order), each merge one commit of its adds and removes (`data_change=false`)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
     from deltalake import DeltaTable
-    from pi_format.lake.tables import post_commit_hooks, table_writer_properties
+    from pi_format import TABLE_SCHEMAS
+    from pi_format.lake import commit_actions, table_filesystem, write_file
+    from pi_format.lake._commit import file_sizes
+    from pi_format.lake.tables import row_group_sizes
 
     try:
         table = DeltaTable(layout.table(name))
     except Exception:  # a lake older than this table: nothing to compact
         return
-    if len(table.file_uris()) < 2:
-        return
-    metrics = table.optimize.compact(
-        target_size=target_file_bytes,
-        writer_properties=table_writer_properties(name),
-        post_commithook_properties=post_commit_hooks(),
-    )
-    say(f"compact: {name}: {metrics.get('numFilesRemoved', 0)} files -> {metrics.get('numFilesAdded', 0)}")
+    small = sorted((p, s) for p, s in file_sizes(table).items() if s < target_file_bytes)
+    bins: list[list[tuple[str, int]]] = [[]]
+    for path, size in small:
+        if bins[-1] and sum(s for _, s in bins[-1]) + size > target_file_bytes:
+            bins.append([])
+        bins[-1].append((path, size))
+    fs, base = table_filesystem(layout.table(name))
+    schema = TABLE_SCHEMAS[name]
+    removed = added = 0
+    for group in (b for b in bins if len(b) >= 2):
+        parts = []
+        for path, _ in group:
+            with fs.open_input_file(f"{base}/{path}") as handle:
+                rows = pq.ParquetFile(handle, page_checksum_verification=True).read()
+            for f in schema:  # a file older than a nullable column
+                if f.name not in rows.column_names:
+                    rows = rows.append_column(f, pa.nulls(rows.num_rows, f.type))
+            parts.append(rows.select(schema.names).cast(schema))
+        merged = pa.concat_tables(parts)
+        if merged.num_rows == 0:  # files without rows: removed, nothing to write
+            commit_actions(table, name, removes=group, data_change=False, operation="compact")
+            removed += len(group)
+            continue
+        written = write_file(
+            layout.table(name),
+            merged,
+            row_group_sizes(name, merged.num_rows),
+            writer_id="compact",
+            compression="zstd",
+        )
+        commit_actions(table, name, adds=[written], removes=group, data_change=False, operation="compact")
+        removed, added = removed + len(group), added + 1
+    if removed:
+        say(f"compact: {name}: {removed} files -> {added}")

@@ -266,10 +266,13 @@ def _pointer(rows: pa.Table) -> str:
 
 
 def _write_release(layout: LakeLayout, row: dict[str, Any]) -> None:
-    from deltalake import DeltaTable, write_deltalake
+    # the lake's own writer (page CRCs, architecture decision 10), not delta-rs's write_deltalake
+    from pi_format.lake import commit_actions, ensure_lake_tables, write_file
 
-    table = DeltaTable.create(layout.quarantine_releases, schema=QUARANTINE_RELEASES_SCHEMA, mode="ignore")
-    write_deltalake(table, pa.Table.from_pylist([row], schema=QUARANTINE_RELEASES_SCHEMA), mode="append")
+    table = ensure_lake_tables(layout)["quarantine_releases"]
+    rows = pa.Table.from_pylist([row], schema=QUARANTINE_RELEASES_SCHEMA)
+    written = write_file(layout.quarantine_releases, rows, [1], writer_id="release", compression="zstd")
+    commit_actions(table, "quarantine_releases", adds=[written], operation="release")
 
 
 def release_episode(

@@ -26,7 +26,7 @@ from pi_format import (
     QuarantineReason,
     VideoError,
 )
-from pi_format.lake import EpisodeRows
+from pi_format.lake import EpisodeRows, with_chunk_crcs
 from pi_format.stats import episode_stat_columns
 
 # codec name written to video.codec: H.264 Annex-B, IDR first (pi_format.video.ChunkedVideoEncoder)
@@ -276,7 +276,8 @@ def featurize(
         ],
         schema=STEPS_SCHEMA,
     )
-    video = pa.Table.from_pylist(video_rows, schema=VIDEO_SCHEMA)
+    # each chunk's checksum as it leaves the encoder (architecture decision 10)
+    video = with_chunk_crcs(pa.Table.from_pylist(video_rows, schema=VIDEO_SCHEMA))
     m = episode.meta
     row: dict[str, object] = {
         "episode_id": eid,

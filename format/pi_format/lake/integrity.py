@@ -1,0 +1,262 @@
+"""Checksums of the lake's stored bytes (architecture decision 10, SPEC.md §7.13): the writing
+side (every Parquet page with its CRC, every video chunk with `chunk_crc32`) and the checks every
+reader of raw bytes shares (pi_loader, `pilake verify`, rewrites, repair).
+
+* Parquet pages: every lake file is written with `write_page_checksum=True` (`write_file`): the
+  page header's `crc` is the CRC-32 of the page's stored (compressed) bytes. `check_parquet_file`
+  walks a file's pages itself (the footer's column chunk offsets, then each page header) and
+  compares, page by page, so a mismatch names its row group, column and page; a page without a
+  CRC (files written before 2026-11-26) is *unverifiable*, not ok.
+* Video chunks: `chunk_crc32` is the CRC-32 (zlib) of the row's `data`, computed where the chunk
+  is encoded and checked before it is decoded; null in rows written before it existed
+  (unverifiable). CRC-32 because zlib's runs at ~1-2 GB/s in the standard library and is the
+  checksum Parquet pages and the wire protocol already use.
+* The footer itself carries no checksum in Parquet: a flip there is found only when it makes the
+  footer unreadable or points a page at bytes whose CRC does not match.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+
+from pi_format.errors import ChecksumError
+from pi_format.lake._page_header import PageError, page_header
+
+CHUNK_CRC_COLUMN = "chunk_crc32"
+"""The video table's column holding the CRC-32 of each row's `data` (null: written before it)."""
+
+STATUS_OK = "ok"
+STATUS_CORRUPT = "corrupt"
+STATUS_UNVERIFIABLE = "unverifiable"
+
+
+def chunk_crc32(data: bytes | memoryview) -> int:
+    """The checksum `chunk_crc32` holds for a video chunk's bytes (zlib CRC-32, unsigned).
+
+    Example:
+        >>> chunk_crc32(b"abc")
+        891568578
+    """
+    return zlib.crc32(data) & 0xFFFFFFFF
+
+
+def with_chunk_crcs(video: pa.Table) -> pa.Table:
+    """`video` rows (pi_format.VIDEO_SCHEMA) with `chunk_crc32` set where it is null or absent,
+    and checked where it is set (a writer never stores a chunk whose bytes changed since they
+    were encoded).
+
+    Raises:
+        ChecksumError: a row's `chunk_crc32` does not match its `data`.
+
+    Example:
+        >>> with_chunk_crcs(rows).column("chunk_crc32")[0].as_py() == chunk_crc32(rows["data"][0].as_py())
+        True
+    """
+    data = video.column("data").to_pylist()
+    computed = [chunk_crc32(d) for d in data]
+    if CHUNK_CRC_COLUMN in video.column_names:
+        stored = video.column(CHUNK_CRC_COLUMN).to_pylist()
+        check_chunk_crcs(video, rows=range(video.num_rows))
+        values = [c if s is None else s for s, c in zip(stored, computed, strict=True)]
+        index = video.schema.get_field_index(CHUNK_CRC_COLUMN)
+        return video.set_column(index, video.schema.field(index), pa.array(values, pa.int64()))
+    return video.append_column(pa.field(CHUNK_CRC_COLUMN, pa.int64()), pa.array(computed, pa.int64()))
+
+
+def check_chunk_crcs(
+    video: pa.Table, *, rows: Sequence[int] | range | None = None, where: dict[str, object] | None = None
+) -> int:
+    """Check `chunk_crc32` of `video`'s rows (all, or `rows`); returns how many rows had no
+    checksum (unverifiable: written before it existed).
+
+    Raises:
+        ChecksumError: a row's bytes do not match its checksum; `where` (table, file, ...) and
+            the row's episode, attempt, camera and chunk are in the message and `err.where`.
+
+    Example:
+        >>> check_chunk_crcs(rows_read_back)
+        0
+    """
+    if CHUNK_CRC_COLUMN not in video.column_names:
+        return video.num_rows if rows is None else len(rows)
+    data = video.column("data")
+    stored = video.column(CHUNK_CRC_COLUMN)
+    unverifiable = 0
+    for i in range(video.num_rows) if rows is None else rows:
+        expected = stored[i].as_py()
+        if expected is None:
+            unverifiable += 1
+            continue
+        value = data[i].as_buffer()
+        actual = chunk_crc32(memoryview(value) if value is not None else b"")
+        if actual != expected:
+            place = {**(where or {}), "row": i}
+            for name in ("episode_id", "attempt_id", "camera", "chunk_index"):
+                if name in video.column_names:
+                    place[name] = video.column(name)[i].as_py()
+            raise ChecksumError(
+                f"video chunk {place.get('chunk_index')} of camera {place.get('camera')!r} of episode "
+                f"{place.get('episode_id')} (attempt {place.get('attempt_id')}) in {_where_text(where)}: "
+                f"chunk_crc32 {expected:08x} != {actual:08x} of its {len(value or b'')} bytes; the stored "
+                "bytes changed after they were written (run `pilake verify`, then `pilake repair`)",
+                place,
+            )
+    return unverifiable
+
+
+@dataclass(frozen=True, slots=True)
+class PageFault:
+    """One page (or column chunk) of a Parquet file whose bytes do not match their checksum or
+    do not parse."""
+
+    row_group: int
+    column: str
+    page: int  # index of the page within its column chunk (-1: the chunk's pages do not parse)
+    offset: int  # byte offset of the page header in the file
+    detail: str
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "row_group": self.row_group,
+            "column": self.column,
+            "page": self.page,
+            "offset": self.offset,
+            "detail": self.detail,
+        }
+
+
+@dataclass(slots=True)
+class FileCheck:
+    """What `check_parquet_file` found in one file: pages checked, pages without a CRC, faults."""
+
+    pages: int = 0
+    pages_without_crc: int = 0
+    bytes_checked: int = 0
+    faults: list[PageFault] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        """'corrupt' (any fault), 'unverifiable' (a page without a CRC), else 'ok'."""
+        if self.faults:
+            return STATUS_CORRUPT
+        return STATUS_UNVERIFIABLE if self.pages_without_crc else STATUS_OK
+
+    def corrupt_row_groups(self) -> list[int]:
+        return sorted({f.row_group for f in self.faults})
+
+
+def check_page_crcs(
+    chunk: bytes | memoryview, start_offset: int = 0
+) -> tuple[int, int, list[tuple[int, int, str]]]:
+    """Walk the pages of one column chunk's bytes and check each page's CRC.
+
+    Returns:
+        (pages, pages without a CRC, [(page index, offset of its header, what is wrong)]).
+
+    Example:
+        >>> check_page_crcs(column_chunk_bytes)
+        (3, 0, [])
+    """
+    view = memoryview(chunk)
+    pos, pages, without, faults = 0, 0, 0, []
+    while pos < len(view):
+        try:
+            header = page_header(view, pos)
+        except PageError as err:
+            faults.append((pages, start_offset + pos, f"page header does not parse: {err}"))
+            break
+        body_start = pos + header.header_bytes
+        body_end = body_start + header.compressed_size
+        if header.compressed_size < 0 or body_end > len(view):
+            detail = f"page of {header.compressed_size} bytes runs past its column chunk"
+            faults.append((pages, start_offset + pos, detail))
+            break
+        if header.crc is None:
+            without += 1
+        else:
+            actual = zlib.crc32(view[body_start:body_end]) & 0xFFFFFFFF
+            if actual != header.crc & 0xFFFFFFFF:
+                faults.append(
+                    (
+                        pages,
+                        start_offset + pos,
+                        f"page CRC {header.crc & 0xFFFFFFFF:08x} != {actual:08x} of its "
+                        f"{header.compressed_size} stored bytes",
+                    )
+                )
+        pages += 1
+        pos = body_end
+    return pages, without, faults
+
+
+def column_chunk_ranges(metadata: Any) -> list[tuple[int, str, int, int]]:
+    """(row group, column path, first byte, length) of every column chunk of a file, from its
+    footer (a `pyarrow.parquet.FileMetaData`)."""
+    ranges = []
+    for rg in range(metadata.num_row_groups):
+        group = metadata.row_group(rg)
+        for c in range(group.num_columns):
+            column = group.column(c)
+            start = column.data_page_offset
+            if column.has_dictionary_page and column.dictionary_page_offset is not None:
+                start = min(start, column.dictionary_page_offset)
+            ranges.append((rg, column.path_in_schema, int(start), int(column.total_compressed_size)))
+    return ranges
+
+
+def check_parquet_file(source: Any) -> FileCheck:
+    """Check the CRC of every page of one Parquet file (`source`: a path or a pyarrow
+    NativeFile opened for random access); reads the file once, column chunk by column chunk.
+
+    Example:
+        >>> check = check_parquet_file("/lake/steps/part-sink-0-3f6c.parquet")
+        >>> check.status, check.pages
+        ('ok', 412)
+    """
+    import pyarrow.parquet as pq
+
+    result = FileCheck()
+    own = isinstance(source, str)
+    handle = pa.OSFile(source, "rb") if own else source
+    try:
+        try:
+            metadata = pq.ParquetFile(handle).metadata
+        except (pa.ArrowException, OSError) as err:
+            result.faults.append(PageFault(-1, "", -1, -1, f"footer does not parse: {err}"))
+            return result
+        size = handle.size()
+        for rg, column, start, length in column_chunk_ranges(metadata):
+            if start < 0 or length < 0 or start + length > size:
+                detail = f"column chunk {start}+{length} lies outside the {size}-byte file"
+                result.faults.append(PageFault(rg, column, -1, start, detail))
+                continue
+            handle.seek(start)
+            chunk = handle.read(length)
+            pages, without, faults = check_page_crcs(chunk, start)
+            result.pages += pages
+            result.pages_without_crc += without
+            result.bytes_checked += length
+            result.faults += [PageFault(rg, column, page, offset, detail) for page, offset, detail in faults]
+    finally:
+        if own:
+            handle.close()
+    return result
+
+
+def row_group_rows(metadata: Any) -> np.ndarray:
+    """The first row of each row group of a file, and its row count at the end."""
+    counts = [metadata.row_group(i).num_rows for i in range(metadata.num_row_groups)]
+    return np.concatenate([[0], np.cumsum(counts, dtype=np.int64)])
+
+
+def _where_text(where: dict[str, object] | None) -> str:
+    if not where:
+        return "the rows given"
+    parts = [f"{k} {v}" for k, v in where.items() if v is not None]
+    return ", ".join(parts)
