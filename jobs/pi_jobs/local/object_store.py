@@ -140,6 +140,12 @@ def _read_state(run_dir: Path) -> dict[str, object]:
         return {}
 
 
+def saved_s3_port(run_dir: Path) -> int | None:
+    """The S3 port of the server last started with this run dir (None if none was)."""
+    port = _read_state(run_dir).get("s3_port")
+    return port if isinstance(port, int) else None
+
+
 def object_store_status(config: ObjectStoreConfig, run_dir: Path) -> ObjectStoreStatus:
     """Is our S3 server running and answering on its port?"""
     pid = _read_state(run_dir).get("pid")
