@@ -1,9 +1,10 @@
 """Regression check against the committed baselines: rerun a benchmark in quick mode and fail
 when one of its ratios regressed beyond a tolerance.
 
-Only ratios are compared, each measured side by side within one run (two legs of the same run
-on the same machine under the same load), never absolute times or rates: this machine is shared
-and small, and another machine's absolute figures say nothing about a change. Per benchmark:
+Only ratios are compared, each measured side by side within one run (legs interleaved, at least
+3 repeats each, reported as the median with its spread: `benchmarks._figures`), never absolute
+times or rates: this machine is shared and small, and another machine's absolute figures say
+nothing about a change. Per benchmark:
 
 | benchmark | ratio (JSON path in its result) | better |
 | --- | --- | --- |
@@ -14,10 +15,14 @@ and small, and another machine's absolute figures say nothing about a change. Pe
 | scale | `throughput.ratios.2.pi_loader_vs_lerobot`, `throughput.ratios.2.pi_loader_vs_limit` | higher |
 | scale | `throughput.bytes_per_sample.read_vs_encoded_chunks`: bytes read / encoded video rows | lower |
 
-A ratio regresses by (baseline - now) / baseline when higher is better, (now - baseline) /
-baseline when lower is better; the check fails (exit 1) when any regresses by more than
-`--tolerance` (default 0.25, i.e. 25%), naming each and by how much. A ratio the baseline lacks
-is reported and skipped; one the new run lacks fails (the leg that measures it broke).
+The rule is the targets' rule (`benchmarks._figures.regression`): the bound is the baseline's
+median moved by `--tolerance` (default 0.25, i.e. 25%) the worse way; a ratio is ok only when
+the rerun's whole spread clears the bound, "regressed" when none of it does, "undecided" when
+the spread straddles it (rerun with more repeats). Regressed and undecided both fail (exit 1),
+naming the ratio, the median change and the spread. A ratio the baseline lacks, or holds
+without a spread (a figure committed before the rule, marked `needs_rerun`), is reported and
+skipped; one the new run lacks, or reports without a spread, fails (the leg that measures it
+broke, or ran fewer than 3 repeats).
 
     python -m benchmarks.check_baselines trainer                     # rerun --quick, compare
     python -m benchmarks.check_baselines loader --tolerance 0.3
@@ -37,13 +42,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks._figures import FiguresError, regression, spread_of
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
 BASELINES = HERE / "baselines"
 # 25%: above the run-to-run spread of most side-by-side ratios on this shared 2-core machine
 # (the trainer's not-waiting fraction moved 0.95 -> 0.93, JAX's speed-up from workers 0.89 ->
-# 1.01 between two quick runs), so a real regression, not noise, trips it. Noisier ratios (the
-# torch speed-up moved 0.89 -> 1.18) keep the lower of such runs as their baseline.
+# 1.01 between two quick runs), so a real regression, not noise, trips it; the rerun's whole
+# spread must clear the bound, so a noisy rerun reads "undecided", not "ok".
 DEFAULT_TOLERANCE = 0.25
 
 
@@ -99,64 +106,83 @@ BENCHMARKS: dict[str, Benchmark] = {
 }
 
 
-def lookup(results: Any, path: str) -> float | None:
-    """The number at a dotted path of a JSON result, or None where it is missing or not a number.
+def lookup(results: Any, path: str) -> Any:
+    """The JSON node at a dotted path of a result, or None where it is missing.
 
     Example:
-        >>> lookup({"ratios": {"2": {"pi_loader_vs_limit": 0.8}}}, "ratios.2.pi_loader_vs_limit")
-        0.8
+        >>> lookup({"ratios": {"2": {"pi_loader_vs_limit": {"median": 0.8}}}}, "ratios.2.pi_loader_vs_limit")
+        {'median': 0.8}
     """
     node = results
     for key in path.split("."):
         if not isinstance(node, dict) or key not in node:
             return None
         node = node[key]
-    return float(node) if isinstance(node, int | float) and not isinstance(node, bool) else None
+    return node
 
 
 def compare(
     benchmark: Benchmark, baseline: dict[str, Any], current: dict[str, Any], tolerance: float
 ) -> tuple[list[dict[str, Any]], list[str]]:
-    """One row per ratio (baseline, now, regression, status) and the failures as sentences.
+    """One row per ratio (baseline, now, change, status) and the failures as sentences.
 
     Example:
         >>> rows, failures = compare(BENCHMARKS["trainer"], baseline, current, 0.25)
     """
     rows, failures = [], []
     for ratio in benchmark.ratios:
-        base, now = lookup(baseline, ratio.path), lookup(current, ratio.path)
-        row: dict[str, Any] = {"ratio": ratio.path, "baseline": base, "now": now, "regression": None}
+        base_node, now_node = lookup(baseline, ratio.path), lookup(current, ratio.path)
+        row: dict[str, Any] = {"ratio": ratio.path, "baseline": None, "now": None, "regression": None}
+        try:
+            base, now = spread_of(base_node), spread_of(now_node)
+        except FiguresError as err:
+            row["status"] = "FAIL: not a valid spread"
+            failures.append(f"{ratio.path}: {err}")
+            rows.append(row)
+            continue
+        row["baseline"], row["now"] = base, now
         if base is None:
-            row["status"] = "not in baseline (skipped)"
+            row["status"] = (
+                "not in baseline (skipped)"
+                if base_node is None
+                else "baseline has no spread: rerun it (skipped)"
+            )
         elif now is None:
-            row["status"] = "FAIL: not measured"
-            failures.append(f"{ratio.path} was not measured in this run (baseline {base:g})")
+            row["status"] = "FAIL: not measured" if now_node is None else "FAIL: no spread (< 3 repeats)"
+            failures.append(
+                f"{ratio.path} was not measured in this run as a median with its spread "
+                f"(baseline {base.text()}; got {now_node!r})"
+            )
         else:
-            worse = base - now if ratio.higher_is_better else now - base
-            # relative to the baseline; from a baseline of 0 any worsening is unbounded
-            regression = worse / abs(base) if base else (float("inf") if worse > 0 else 0.0)
-            row["regression"] = round(regression, 4)
+            judged = regression(base, now, tolerance, higher_is_better=ratio.higher_is_better)
+            row["regression"] = round(judged["change"], 4)
             better = "higher" if ratio.higher_is_better else "lower"
-            if regression > tolerance:
-                row["status"] = "FAIL"
-                failures.append(
-                    f"{ratio.path} regressed by {regression:.0%}: {now:g} now vs {base:g} in the baseline "
-                    f"({better} is better; tolerance {tolerance:.0%})"
-                )
-            else:
+            if judged["status"] == "ok":
                 row["status"] = "ok"
+            else:
+                row["status"] = "FAIL" if judged["status"] == "regressed" else "FAIL: undecided"
+                why = (
+                    "its whole spread is past"
+                    if judged["status"] == "regressed"
+                    else "its spread straddles (rerun with more repeats)"
+                )
+                failures.append(
+                    f"{ratio.path} regressed by {judged['change']:.0%}: {now.text()} now vs {base.text()} "
+                    f"in the baseline; {why} the bound {judged['bound']:.4g} ({better} is better; "
+                    f"tolerance {tolerance:.0%})"
+                )
         rows.append(row)
     return rows, failures
 
 
 def _print(rows: list[dict[str, Any]]) -> None:
     width = max(len(r["ratio"]) for r in rows)
-    print(f"{'ratio':<{width}}  {'baseline':>9}  {'now':>9}  {'regression':>10}  status")
+    print(f"{'ratio':<{width}}  {'baseline':>22}  {'now':>22}  {'change':>7}  status")
     for r in rows:
-        base = "-" if r["baseline"] is None else f"{r['baseline']:.4g}"
-        now = "-" if r["now"] is None else f"{r['now']:.4g}"
+        base = "-" if r["baseline"] is None else r["baseline"].text()
+        now = "-" if r["now"] is None else r["now"].text()
         reg = "-" if r["regression"] is None else f"{r['regression']:+.1%}"
-        print(f"{r['ratio']:<{width}}  {base:>9}  {now:>9}  {reg:>10}  {r['status']}")
+        print(f"{r['ratio']:<{width}}  {base:>22}  {now:>22}  {reg:>7}  {r['status']}")
 
 
 def main(argv: list[str] | None = None) -> int:

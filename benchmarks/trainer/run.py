@@ -15,9 +15,11 @@ compute side too); JAX uses XLA's own thread pool.
     python -m benchmarks.trainer.run --quick --out DIR     # 6 episodes, 12 steps a leg (minutes)
     python -m benchmarks.trainer.run                        # 12 episodes, 40 steps a leg
 
-Prints a table, writes DIR/trainer.json and DIR/trainer.png. The ratios it reports (measured side
-by side in one run, compared by `python -m benchmarks.check_baselines trainer`):
-`<framework>.speedup_2_vs_0_workers` (samples/s with 2 workers / with 0) and
+Prints a table, writes DIR/trainer.json and DIR/trainer.png. Every leg runs `--repeats` times
+(at least 3), the legs interleaved (`benchmarks._figures.interleaved`: one of each per repeat, the
+order rotated), and every figure is the median with its spread over the repeats. The ratios it
+reports (compared by `python -m benchmarks.check_baselines trainer` with the same rule):
+`<framework>.speedup_2_vs_0_workers` (samples/s with 2 workers / with 0, repeat by repeat) and
 `<framework>.not_waiting_2_workers` (1 - the data-wait fraction with 2 workers).
 """
 
@@ -33,6 +35,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._figures import MIN_REPEATS, interleaved, ratio, spread
 from benchmarks.loader._data import DataConfig, build_lake
 
 HERE = Path(__file__).resolve().parent
@@ -46,10 +49,10 @@ BATCH = 32  # the loader benchmark's batch, and pi_train's default
 HORIZON = 16
 
 
-def _leg(lake: Path, out: Path, framework: str, workers: int, steps: int) -> dict[str, Any]:
+def _leg(lake: Path, out: Path, framework: str, workers: int, steps: int, repeat: int) -> dict[str, Any]:
     from pi_train import TrainConfig
 
-    run = out / "legs" / f"{framework}-w{workers}"
+    run = out / "legs" / f"{framework}-w{workers}-r{repeat}"
     if run.exists():
         import shutil
 
@@ -85,6 +88,7 @@ def _leg(lake: Path, out: Path, framework: str, workers: int, steps: int) -> dic
     return {
         "framework": framework,
         "workers": workers,
+        "repeat": repeat,
         "steps_measured": summary["steps"],
         "samples_per_s": round(BATCH / (step_ms / 1e3), 2),
         "data_wait_fraction": round(ms["data_wait"] / step_ms, 4),
@@ -96,38 +100,80 @@ def _leg(lake: Path, out: Path, framework: str, workers: int, steps: int) -> dic
     }
 
 
-def ratios(legs: list[dict[str, Any]]) -> dict[str, dict[str, float | None]]:
-    """The side-by-side ratios per framework (see the module docstring).
+def _runs_of(runs: list[dict[str, Any]], framework: str, workers: int) -> list[dict[str, Any]]:
+    """The runs of one leg in repeat order (so that repeat i pairs with repeat i of another)."""
+    mine = [r for r in runs if (r["framework"], r["workers"]) == (framework, workers)]
+    return sorted(mine, key=lambda r: int(r["repeat"]))
+
+
+def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """One entry per (framework, workers): its runs in repeat order and the median with spread
+    of samples/s, data-wait fraction and compute ms per step."""
+    legs = []
+    for framework, workers in sorted({(r["framework"], r["workers"]) for r in runs}):
+        mine = _runs_of(runs, framework, workers)
+        what = f"{framework}, {workers} workers"
+        legs.append(
+            {
+                "framework": framework,
+                "workers": workers,
+                "samples_per_s": spread([r["samples_per_s"] for r in mine], what=what).to_json(),
+                "data_wait_fraction": spread([r["data_wait_fraction"] for r in mine], what=what).to_json(),
+                "compute_ms_per_step": spread(
+                    [r["ms_per_step"]["compute"] for r in mine], what=what
+                ).to_json(),
+                "verdicts": sorted({r["verdict"] for r in mine}),
+                "runs": mine,
+            }
+        )
+    return legs
+
+
+def ratios(runs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """The ratios per framework (see the module docstring), each a median with its spread over
+    the interleaved repeats; None where a leg did not run.
 
     Example:
-        >>> ratios(results["legs"])["torch"]["speedup_2_vs_0_workers"]
+        >>> ratios(results["runs"])["torch"]["speedup_2_vs_0_workers"]["median"]
         1.08
     """
-    out: dict[str, dict[str, float | None]] = {}
-    for framework in sorted({leg["framework"] for leg in legs}):
-        by_workers = {leg["workers"]: leg for leg in legs if leg["framework"] == framework}
-        zero, two = by_workers.get(0), by_workers.get(2)
+    out: dict[str, dict[str, Any]] = {}
+    for framework in sorted({r["framework"] for r in runs}):
+
+        def of(workers: int, key: str, fw: str = framework) -> list[float]:
+            return [float(r[key]) for r in _runs_of(runs, fw, workers)]
+
+        zero, two = of(0, "samples_per_s"), of(2, "samples_per_s")
+        wait0, wait2 = of(0, "data_wait_fraction"), of(2, "data_wait_fraction")
         out[framework] = {
-            "speedup_2_vs_0_workers": None
-            if not (zero and two)
-            else round(two["samples_per_s"] / zero["samples_per_s"], 3),
-            "not_waiting_2_workers": None if not two else round(1 - two["data_wait_fraction"], 4),
-            "data_wait_fraction_0_workers": None if not zero else zero["data_wait_fraction"],
-            "data_wait_fraction_2_workers": None if not two else two["data_wait_fraction"],
+            "speedup_2_vs_0_workers": ratio(two, zero, what=f"{framework}: 2 workers / 0").to_json()
+            if zero and two
+            else None,
+            "not_waiting_2_workers": spread([1 - w for w in wait2], what=framework).to_json()
+            if two
+            else None,
+            "data_wait_fraction_0_workers": spread(wait0, what=framework).to_json() if zero else None,
+            "data_wait_fraction_2_workers": spread(wait2, what=framework).to_json() if two else None,
         }
     return out
 
 
 def print_table(results: dict[str, Any]) -> None:
     print(f"\ntrainer benchmark ({results['mode']}): batch {BATCH}, 3 cameras 224x224, CPU")
-    print(f"{'framework':<10}{'workers':>8}{'samples/s':>11}{'data wait':>11}{'compute ms':>12}  verdict")
+    print(f"median (min-max) of {results['config']['repeats']} interleaved repeats")
+    print(f"{'framework':<10}{'workers':>8}{'samples/s':>22}{'data wait':>24}{'compute ms':>24}")
     for leg in results["legs"]:
+        sps, wait, compute = (leg[k] for k in ("samples_per_s", "data_wait_fraction", "compute_ms_per_step"))
         print(
-            f"{leg['framework']:<10}{leg['workers']:>8}{leg['samples_per_s']:>11.1f}"
-            f"{leg['data_wait_fraction']:>10.1%}{leg['ms_per_step']['compute']:>12.1f}  {leg['verdict']}"
+            f"{leg['framework']:<10}{leg['workers']:>8}"
+            f"{sps['median']:>8.1f} ({sps['min']:.1f}-{sps['max']:.1f}){'':>2}"
+            f"{wait['median']:>8.1%} ({wait['min']:.1%}-{wait['max']:.1%})"
+            f"{compute['median']:>8.0f} ({compute['min']:.0f}-{compute['max']:.0f})"
         )
     for framework, r in results["ratios"].items():
-        print(f"  {framework}: {r}")
+        for name, s in r.items():
+            if s is not None:
+                print(f"  {framework} {name}: {s['median']:.3g} ({s['min']:.3g}-{s['max']:.3g})")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
@@ -142,8 +188,13 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for i, framework in enumerate(frameworks):
         legs = [leg for leg in results["legs"] if leg["framework"] == framework]
         xs = [leg["workers"] + (i - (len(frameworks) - 1) / 2) * width for leg in legs]
-        left.bar(xs, [leg["samples_per_s"] for leg in legs], width=width, label=framework)
-        right.bar(xs, [100 * leg["data_wait_fraction"] for leg in legs], width=width, label=framework)
+        for ax, key, scale in ((left, "samples_per_s", 1.0), (right, "data_wait_fraction", 100.0)):
+            med = [scale * leg[key]["median"] for leg in legs]
+            err = [
+                [m - scale * leg[key]["min"] for m, leg in zip(med, legs, strict=True)],
+                [scale * leg[key]["max"] - m for m, leg in zip(med, legs, strict=True)],
+            ]
+            ax.bar(xs, med, width=width, yerr=err, capsize=3, label=framework)
     for ax, label in ((left, "samples/s"), (right, "data wait, % of step time")):
         ax.set_xlabel("pi_loader workers")
         ax.set_ylabel(label)
@@ -162,7 +213,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--frameworks", default="torch,jax")
     parser.add_argument("--workers", default="0,1,2")
     parser.add_argument("--steps", type=int, default=None, help="steps per leg (default: by mode)")
+    parser.add_argument(
+        "--repeats", type=int, default=MIN_REPEATS, help=f"runs of every leg, interleaved (>= {MIN_REPEATS})"
+    )
     args = parser.parse_args(argv)
+    if args.repeats < MIN_REPEATS:
+        parser.error(f"--repeats must be >= {MIN_REPEATS} (a median with its spread), got {args.repeats}")
     mode = "quick" if args.quick else "full"
     settings = MODES[mode]
     steps = args.steps or settings["steps"]
@@ -171,11 +227,11 @@ def main(argv: list[str] | None = None) -> int:
     started = time.monotonic()
     # The data is cached beside the benchmark's default results (git-ignored), whatever --out is.
     lake = build_lake(data, HERE / "results" / "data" / data.key)
-    legs = []
-    for framework in args.frameworks.split(","):
-        for workers in (int(w) for w in args.workers.split(",")):
-            print(f"leg: {framework}, {workers} workers, {steps} steps", flush=True)
-            legs.append(_leg(lake, args.out, framework, workers, steps))
+    runs = []
+    plan = [(f, int(w)) for f in args.frameworks.split(",") for w in args.workers.split(",")]
+    for repeat, (framework, workers) in interleaved(plan, args.repeats):
+        print(f"leg: {framework}, {workers} workers, {steps} steps (repeat {repeat + 1})", flush=True)
+        runs.append(_leg(lake, args.out, framework, workers, steps, repeat))
     results = {
         "benchmark": "trainer",
         "mode": mode,
@@ -186,10 +242,16 @@ def main(argv: list[str] | None = None) -> int:
             "frame": f"{data.size_px}x{data.size_px}x3 uint8",
             "rate_hz": data.rate_hz,
         },
-        "config": {"batch_size": BATCH, "action_horizon": HORIZON, "steps": steps, "torch_threads": 1},
+        "config": {
+            "batch_size": BATCH,
+            "action_horizon": HORIZON,
+            "steps": steps,
+            "torch_threads": 1,
+            "repeats": args.repeats,
+        },
         "machine": {"cpus": os.cpu_count(), "platform": platform.platform(), "load_avg": os.getloadavg()},
-        "legs": legs,
-        "ratios": ratios(legs),
+        "legs": summarize(runs),
+        "ratios": ratios(runs),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
     (args.out / "trainer.json").write_text(json.dumps(results, indent=2))
