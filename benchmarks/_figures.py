@@ -40,6 +40,7 @@ __all__ = [
     "regression",
     "spread",
     "spread_of",
+    "text_of",
 ]
 
 # Three is the fewest repeats whose median is not one of two runs picked by noise, and whose
@@ -235,3 +236,23 @@ def spread_of(node: object) -> Spread | None:
     if not all(math.isclose(a, b, rel_tol=1e-3, abs_tol=1e-9) for a, b in zip(stated, found, strict=True)):
         raise FiguresError(f"a spread whose median/min/max {stated} are not those of its values {values}")
     return s
+
+
+def text_of(node: object, fmt: str = "{:.3g}") -> str:
+    """How a JSON figure reads in a table: 'median (min–max)' for a spread, the value with
+    "(1 run, needs rerun)" for a legacy figure, "-" for none.
+
+    Example:
+        >>> text_of({"legacy": 0.711, "needs_rerun": "best of 2"}, "{:.2f}")
+        '0.71 (best of 2, needs rerun)'
+    """
+    figure = spread_of(node)
+    if figure is not None:
+        return figure.text(fmt)
+    if isinstance(node, Mapping) and "legacy" in node:
+        value = node["legacy"]
+        shown = "-" if value is None else fmt.format(value)
+        return f"{shown} ({node.get('needs_rerun', 'no spread')}, needs rerun)"
+    if isinstance(node, int | float) and not isinstance(node, bool):
+        return fmt.format(node)
+    return "-"

@@ -15,7 +15,8 @@ batch of 32 at a time, each a random step of a different episode: what a shuffle
 sample costs on a lake far larger than its caches (every read a miss; the lake's files sit in
 the page cache here, so CPU excludes disk waits). Measured: bytes read per sample
 (`Dataset.read_stats`) split into steps and video, steps row groups read per sample, and process
-CPU per sample (best of `--repeats`, the two layouts interleaved). The encoded video rows
+CPU per sample: the median and spread of `--repeats` (>= 3) runs, the two layouts interleaved
+(`benchmarks._figures`), and their ratio repeat by repeat. The encoded video rows
 holding the returned frames (`benchmarks.scale._probe.encoded_sizes`) are the yardstick of
 issue 11's bytes-per-sample target (<= 1.5x). Writes OUT/steps_window.json and
 OUT/steps_window.png; prints a table.
@@ -33,6 +34,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from benchmarks._figures import MIN_REPEATS, interleaved, ratio, spread, text_of
 
 HERE = Path(__file__).resolve().parent
 ONE_GROUP_PER_EPISODE = 1 << 30
@@ -143,41 +146,61 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
                 warm_host(lake, args.episodes)
                 entry["layouts"][name] = {"runs": []}
             samples = min(args.samples, args.episodes)
-            for repeat in range(args.repeats):
-                for name in layouts:
-                    lake = work / f"{duration:g}s-{name}"
-                    run = measure(lake, args.episodes, samples, args.seed + repeat)
-                    entry["layouts"][name]["runs"].append(run)
+            for repeat, name in interleaved(list(layouts), args.repeats):
+                lake = work / f"{duration:g}s-{name}"
+                run = measure(lake, args.episodes, samples, args.seed + repeat)
+                entry["layouts"][name]["runs"].append(run)
             encoded = encoded_sizes(work / f"{duration:g}s-groups_of_64", max_episodes=3, contiguous=True)
             chunk = float(encoded["chunk_bytes_per_sample"])
             entry["encoded_chunk_bytes_per_sample"] = chunk
             for name in layouts:
                 lake = work / f"{duration:g}s-{name}"
-                runs = entry["layouts"][name]["runs"]
-                best = min(runs, key=lambda r: r["cpu_ms_per_sample"])
-                summary = {
-                    "bytes_read_per_sample": runs[0]["bytes_read_per_sample"],  # the same every run
-                    "steps_bytes_per_sample": steps_bytes(lake, args.episodes, samples, args.seed),
-                    "steps_reads_per_sample": runs[0]["steps_reads_per_sample"],
-                    "cpu_ms_per_sample_best": best["cpu_ms_per_sample"],
-                    "cpu_ms_per_sample_all": [round(r["cpu_ms_per_sample"], 3) for r in runs],
-                    "footer_reads": [r["footer_reads"] for r in runs],  # 0: the host was warm
-                }
-                summary["read_vs_encoded_chunks"] = round(summary["bytes_read_per_sample"] / chunk, 3)
-                entry["layouts"][name].update(summary)
+                entry["layouts"][name]["steps_bytes_per_sample"] = steps_bytes(
+                    lake, args.episodes, samples, args.seed
+                )
+            summarize(entry)
+            for name in layouts:
+                summary = entry["layouts"][name]
                 print(
                     f"  {name:16s} {summary['bytes_read_per_sample'] / 1000:8.1f} kB/sample "
                     f"({summary['steps_bytes_per_sample'] / 1000:.1f} kB of steps, "
                     f"{summary['steps_reads_per_sample']:.2f} row groups), "
                     f"{summary['read_vs_encoded_chunks']:.2f}x the encoded chunks ({chunk / 1000:.1f} kB); "
-                    f"CPU {summary['cpu_ms_per_sample_best']:.2f} ms/sample",
+                    f"CPU {text_of(summary['cpu_ms_per_sample'], '{:.2f}')} ms/sample",
                     flush=True,
                 )
+            print(f"  CPU groups / one per episode: {text_of(entry['cpu_groups_vs_one_per_episode'])}")
             out["durations"].append(entry)
     finally:
         if not args.keep:
             shutil.rmtree(work, ignore_errors=True)
     return out
+
+
+def summarize(entry: dict[str, Any]) -> dict[str, Any]:
+    """Fill one duration's figures from its runs (in repeat order, the layouts interleaved):
+    bytes and row groups per sample (the same every run: the first), CPU per sample as a
+    median with its spread, and `cpu_groups_vs_one_per_episode`, the two layouts' CPU ratio
+    repeat by repeat. Needs `encoded_chunk_bytes_per_sample` and each layout's
+    `steps_bytes_per_sample` in `entry`.
+
+    Raises:
+        FiguresError: fewer than 3 repeats.
+    """
+    chunk = float(entry["encoded_chunk_bytes_per_sample"])
+    cpu: dict[str, list[float]] = {}
+    for name, layout in entry["layouts"].items():
+        runs = layout["runs"]
+        cpu[name] = [float(r["cpu_ms_per_sample"]) for r in runs]
+        layout["bytes_read_per_sample"] = runs[0]["bytes_read_per_sample"]
+        layout["steps_reads_per_sample"] = runs[0]["steps_reads_per_sample"]
+        layout["cpu_ms_per_sample"] = spread(cpu[name], what=f"{name} CPU ms per sample").to_json()
+        layout["footer_reads"] = [r["footer_reads"] for r in runs]  # 0: the host was warm
+        layout["read_vs_encoded_chunks"] = round(layout["bytes_read_per_sample"] / chunk, 3)
+    entry["cpu_groups_vs_one_per_episode"] = ratio(
+        cpu["groups_of_64"], cpu["one_per_episode"], what="CPU per sample, groups of 64 / one per episode"
+    ).to_json()
+    return entry
 
 
 def plot(result: dict[str, Any], path: Path) -> None:
@@ -222,12 +245,14 @@ def main() -> int:
     parser.add_argument("--px", type=int, default=None)
     parser.add_argument("--episodes", type=int, default=500, help="copies per lake")
     parser.add_argument("--samples", type=int, default=500, help="at most one per episode")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=MIN_REPEATS, help=f">= {MIN_REPEATS}, interleaved")
     parser.add_argument("--seed", type=int, default=3)
     parser.add_argument("--work", default=None, help="where the lakes are written (temp dir)")
     parser.add_argument("--keep", action="store_true", help="keep the lakes")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
+    if args.repeats < MIN_REPEATS:
+        parser.error(f"--repeats must be >= {MIN_REPEATS} (a median with its spread), got {args.repeats}")
     args.durations = [float(d) for d in (args.durations or ("2,12" if args.quick else "2,12,60")).split(",")]
     args.px = args.px or (96 if args.quick else 224)
     result = run(args)
