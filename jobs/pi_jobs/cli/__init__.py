@@ -30,6 +30,7 @@ from pi_jobs.cli import (
     _stream,
     _trace,
     _train,
+    _ui,
     demo,
 )
 from pi_jobs.cli._stream import stream_config_from_args
@@ -56,6 +57,7 @@ _COMMAND_GROUPS = (
     _trace,
     _quality,
     _train,
+    _ui,
     demo,
 )
 

@@ -1,0 +1,40 @@
+"""pi_jobs.ui: `pilake ui`, a read-only browser over a lake and its catalog, and `pilake view
+--rerun`, an episode as a Rerun recording.
+
+Pages (server-rendered, Starlette + Jinja2, charts by the vendored uPlot): Overview, Query (one
+SELECT over the catalog, read-only, time-limited, row-capped), Episode (every camera as an MP4
+remuxed from the lake's H.264 chunks, proprio/action plots whose cursor follows the video),
+Quarantine and Pins. It reads through pi_catalog, pi_format.lake, pi_jobs.ops and
+pi_jobs.maintenance.datasets, and writes nothing but its cache of remuxed videos.
+
+Example:
+    >>> from pi_jobs.ui import UiConfig, serve
+    >>> serve(UiConfig(lake_root=".pilake/lake", catalog=".pilake/catalog", cache_dir=Path("/tmp/ui")))
+"""
+
+from pi_jobs.ui._app import create_app
+from pi_jobs.ui._errors import NotFound, PathRefused, QueryRefused, UiError
+from pi_jobs.ui._rerun import write_rerun
+from pi_jobs.ui._serve import serve, url_of
+from pi_jobs.ui._sql import QueryResult, check_select, run_select, wrap_select
+from pi_jobs.ui._video import remux_mp4, safe_join
+from pi_jobs.ui.config import UiConfig, is_loopback
+
+__all__ = [
+    "NotFound",
+    "PathRefused",
+    "QueryRefused",
+    "QueryResult",
+    "UiConfig",
+    "UiError",
+    "check_select",
+    "create_app",
+    "is_loopback",
+    "remux_mp4",
+    "run_select",
+    "safe_join",
+    "serve",
+    "url_of",
+    "wrap_select",
+    "write_rerun",
+]

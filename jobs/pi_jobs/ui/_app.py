@@ -1,0 +1,276 @@
+"""The lake browser's web application (Starlette): server-rendered pages over the catalog and
+the lake, video files with HTTP range requests, a token check for non-loopback hosts.
+
+Pages render on the server with Jinja2 (autoescaped: an episode id, annotation or quarantine
+reason holding HTML shows as text); the only scripts are the vendored uPlot and `static/ui.js`,
+and the Content-Security-Policy allows no inline script, so injected markup could not run even
+if it got through. Catalog calls are serialised: chdb runs one engine per process.
+"""
+
+from __future__ import annotations
+
+import secrets
+import threading
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+from urllib.parse import quote, urlencode
+
+from pi_format import LakeLayout
+from starlette.applications import Starlette
+from starlette.requests import Request
+from starlette.responses import FileResponse, PlainTextResponse, Response
+from starlette.routing import Route
+from starlette.templating import Jinja2Templates
+
+from pi_jobs.ui import _reads
+from pi_jobs.ui._errors import NotFound, PathRefused, QueryRefused
+from pi_jobs.ui._sql import run_select
+from pi_jobs.ui._video import cached_mp4, safe_join
+from pi_jobs.ui.config import UiConfig
+
+HERE = Path(__file__).resolve().parent
+STATIC_DIR = HERE / "static"
+TEMPLATE_DIR = HERE / "templates"
+TOKEN_COOKIE = "pilake_ui_token"
+_CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+    "media-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+_EXAMPLE_SQL = (
+    "SELECT episode_id, robot_id, task, success, step_count, duration_s\n"
+    "FROM episodes\nORDER BY committed_at_ns DESC"
+)
+
+
+class _Pages:
+    """The handlers, over one config, one catalog and one lock around it."""
+
+    def __init__(self, config: UiConfig, catalog: Any) -> None:
+        self.config = config
+        self.catalog = catalog
+        self.layout = LakeLayout(config.lake_root)
+        self.catalog_lock = threading.Lock()
+        self.templates = Jinja2Templates(directory=str(TEMPLATE_DIR))
+        env = self.templates.env
+        env.filters["episode_url"] = lambda eid: "/episode/" + quote(str(eid), safe="")
+        env.globals["config"] = config
+
+    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
+        context.setdefault("rendered_at", _reads.now_text())
+        return self.templates.TemplateResponse(request, name, context, status_code=status)
+
+    @staticmethod
+    def _page(request: Request) -> int:
+        try:
+            return max(int(request.query_params.get("page", "0")), 0)
+        except ValueError:
+            return 0
+
+    def overview(self, request: Request) -> Response:
+        with self.catalog_lock:
+            data = _reads.overview(self.catalog, self.layout)
+        chart = {"x": list(data.commits_hour_s), "y": list(data.commits_count)}
+        return self.render(request, "overview.html", nav="overview", o=data, chart=chart)
+
+    def query(self, request: Request) -> Response:
+        sql = request.query_params.get("sql")
+        page = self._page(request)
+        result, error, status = None, None, 200
+        if sql:
+            from pi_catalog import CatalogQueryError
+
+            try:
+                with self.catalog_lock:
+                    result = run_select(
+                        self.catalog,
+                        sql,
+                        page=page,
+                        page_size=self.config.page_size,
+                        row_cap=self.config.row_cap,
+                        timeout_s=self.config.query_timeout_s,
+                    )
+            except QueryRefused as err:
+                error, status = f"refused: {err}", 400
+            except CatalogQueryError as err:
+                error, status = f"ClickHouse: {err.detail}", 400
+
+        def page_url(p: int) -> str:
+            return "/query?" + urlencode({"sql": sql or "", "page": p})
+
+        return self.render(
+            request,
+            "query.html",
+            status,
+            nav="query",
+            sql=sql or _EXAMPLE_SQL,
+            result=result,
+            error=error,
+            page_url=page_url,
+        )
+
+    def episode(self, request: Request) -> Response:
+        episode_id = request.path_params["episode_id"]
+        episode = _reads.read_episode(self.layout, episode_id)
+        with self.catalog_lock:
+            lineage = _reads.lineage(self.catalog, episode)
+            trace = _reads.trace_lines(self.layout, self.catalog, episode_id, self.config.log_dirs)
+        plots = {
+            "t": list(episode.times_s),
+            "proprio": [list(s) for s in episode.proprio],
+            "action": [list(s) for s in episode.action],
+        }
+        return self.render(
+            request,
+            "episode.html",
+            nav="episode",
+            e=episode,
+            plots=plots,
+            lineage=lineage,
+            trace=trace,
+            annotations=_reads.episode_annotations(self.layout, episode_id),
+            video_url=lambda cam: f"/episode/{quote(episode_id, safe='')}/video/{quote(cam, safe='')}",
+        )
+
+    def video(self, request: Request) -> Response:
+        episode_id = request.path_params["episode_id"]
+        camera = request.path_params["camera"]
+        episode = _reads.read_episode(self.layout, episode_id)
+        if camera not in episode.cameras:
+            raise NotFound(f"episode {episode_id!r} has no camera {camera!r}; it has {list(episode.cameras)}")
+        cache = self.config.cache_dir
+        path = cached_mp4(cache, episode_id, episode.attempt_id, camera, None)
+        if not path.exists():
+            chunks = _reads.video_rows(self.layout, episode_id, episode.attempt_id, camera)
+            path = cached_mp4(cache, episode_id, episode.attempt_id, camera, chunks)
+        # FileResponse answers Range requests (206 + Content-Range): the browser seeks in it
+        return FileResponse(path, media_type="video/mp4", headers={"Cache-Control": "private, max-age=3600"})
+
+    def quarantine(self, request: Request) -> Response:
+        page = self._page(request)
+        include_closed = request.query_params.get("all") == "1"
+        rows, total = _reads.quarantine_page(
+            self.layout, page=page, page_size=self.config.page_size, include_closed=include_closed
+        )
+        return self.render(
+            request,
+            "quarantine.html",
+            nav="quarantine",
+            rows=rows,
+            total=total,
+            page=page,
+            include_closed=include_closed,
+            page_size=self.config.page_size,
+        )
+
+    def pins(self, request: Request) -> Response:
+        page = self._page(request)
+        rows, total = _reads.pins_page(self.layout, page=page, page_size=self.config.page_size)
+        return self.render(
+            request,
+            "pins.html",
+            nav="pins",
+            rows=rows,
+            total=total,
+            page=page,
+            page_size=self.config.page_size,
+        )
+
+    def static(self, request: Request) -> Response:
+        path = safe_join(STATIC_DIR, request.path_params["path"])
+        if not path.is_file():
+            raise NotFound(f"no static file {request.path_params['path']!r}")
+        return FileResponse(path)
+
+
+def _error_handlers(pages: _Pages) -> dict[Any, Callable[[Request, Exception], Awaitable[Response]]]:
+    async def not_found(request: Request, exc: Exception) -> Response:
+        return pages.render(request, "error.html", 404, nav="", title="Not found", message=str(exc))
+
+    async def refused(request: Request, exc: Exception) -> Response:
+        return PlainTextResponse(f"refused: {exc}", status_code=400)
+
+    return {NotFound: not_found, PathRefused: refused}
+
+
+def _token_middleware(app: Any, token: str) -> Any:
+    async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await app(scope, receive, send)
+            return
+        request = Request(scope)
+        given = request.query_params.get("token") or request.cookies.get(TOKEN_COOKIE) or ""
+        bearer = request.headers.get("authorization", "")
+        if bearer.lower().startswith("bearer "):
+            given = bearer[7:]
+        if not secrets.compare_digest(given.encode(), token.encode()):
+            response: Response = PlainTextResponse(
+                "this pilake ui needs its token: open the URL `pilake ui` printed (…/?token=…)",
+                status_code=401,
+            )
+            await response(scope, receive, send)
+            return
+        if request.query_params.get("token"):
+
+            async def send_with_cookie(message: dict[str, Any]) -> None:
+                if message["type"] == "http.response.start":
+                    cookie = f"{TOKEN_COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"
+                    message["headers"] = [*message.get("headers", []), (b"set-cookie", cookie.encode())]
+                await send(message)
+
+            await app(scope, receive, send_with_cookie)
+            return
+        await app(scope, receive, send)
+
+    return guarded
+
+
+def _security_headers(app: Any) -> Any:
+    async def with_headers(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        async def send_headers(message: dict[str, Any]) -> None:
+            if message["type"] == "http.response.start":
+                extra = [
+                    (b"content-security-policy", _CSP.encode()),
+                    (b"x-content-type-options", b"nosniff"),
+                    (b"referrer-policy", b"no-referrer"),
+                ]
+                message["headers"] = [*message.get("headers", []), *extra]
+            await send(message)
+
+        await app(scope, receive, send_headers if scope["type"] == "http" else send)
+
+    return with_headers
+
+
+def create_app(config: UiConfig, catalog: Any = None) -> Any:
+    """The ASGI application of `pilake ui` (serve it with uvicorn, or test it with
+    starlette.testclient.TestClient).
+
+    Args:
+        config: what to serve (UiConfig).
+        catalog: a pi_catalog.Catalog; by default one on `config.catalog`.
+
+    Example:
+        >>> app = create_app(UiConfig(lake_root="/data/lake", catalog="/data/catalog",
+        ...                           cache_dir=Path("/tmp/pilake-ui")))
+    """
+    if catalog is None:
+        from pi_catalog import Catalog
+
+        catalog = Catalog(config.catalog)
+    pages = _Pages(config, catalog)
+    routes = [
+        Route("/", pages.overview),
+        Route("/query", pages.query),
+        Route("/episode/{episode_id}", pages.episode),
+        Route("/episode/{episode_id}/video/{camera}", pages.video),
+        Route("/quarantine", pages.quarantine),
+        Route("/pins", pages.pins),
+        Route("/static/{path:path}", pages.static),
+        Route("/favicon.ico", lambda _: FileResponse(STATIC_DIR / "favicon.svg", media_type="image/svg+xml")),
+    ]
+    app: Any = Starlette(routes=routes, exception_handlers=_error_handlers(pages))
+    app.state.pages = pages
+    if config.token is not None:
+        app = _token_middleware(app, config.token)
+    return _security_headers(app)

@@ -1,0 +1,357 @@
+"""What each page shows, read through the project's own readers: the catalog (pi_catalog), the
+lake's visibility rule (pi_format.lake), the operator tools (pi_jobs.ops: quarantine, freshness,
+trace) and the pin check (pi_jobs.maintenance.datasets). Read-only: nothing here writes.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shlex
+import time
+from collections import Counter
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.compute as pc
+from pi_format import LakeLayout
+from pi_format.lake import AnnotationStore, PinStore, latest_commits, read_deleted_ids
+
+from pi_jobs.ui._errors import NotFound
+from pi_jobs.ui._sql import cell
+
+# Freshness is summarised over the last hour, as `pilake freshness --since 1h` does by default.
+_FRESHNESS_WINDOW_S = 3600.0
+# Raw messages previewed per quarantine row, and bytes of each shown.
+_RAW_PREVIEW_MESSAGES = 3
+_RAW_PREVIEW_BYTES = 48
+
+
+def iso(ns: int | None) -> str:
+    """Nanoseconds since the epoch as UTC text ('-' for None)."""
+    if ns is None:
+        return "-"
+    return datetime.fromtimestamp(ns / 1e9, UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def _delta(path: str, **kwargs: Any) -> pa.Table | None:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        table = DeltaTable(path)
+    except TableNotFoundError:
+        return None
+    return table.to_pyarrow_table(**kwargs)
+
+
+@dataclass(frozen=True, slots=True)
+class Overview:
+    """The lake at a glance (the Overview page)."""
+
+    episodes: int
+    hours: float
+    robots: int
+    tasks: int
+    commits_hour_s: tuple[int, ...]  # start of each hour (unix seconds) with commits
+    commits_count: tuple[int, ...]
+    freshness_count: int
+    freshness_p50_s: float | None
+    freshness_p95_s: float | None
+    quarantine_by_reason: tuple[tuple[str, int], ...]
+    last_commit: dict[str, str] | None
+
+
+def overview(catalog: Any, layout: LakeLayout, *, hours_shown: int = 168) -> Overview:
+    """Totals, commits per hour (the last `hours_shown` hours with data), freshness of the last
+    hour, open quarantine by reason and the last commit."""
+    from pi_jobs.ops.freshness import read_freshness, summarize
+    from pi_jobs.ops.quarantine import list_quarantine
+
+    totals = catalog.query_arrow(
+        "SELECT count() AS n, sum(duration_s) AS seconds, uniqExact(robot_id) AS robots, "
+        "uniqExact(task) AS tasks, max(committed_at_ns) AS last FROM episodes"
+    ).to_pylist()[0]
+    n = int(totals["n"])
+    hours_s: tuple[int, ...] = ()
+    counts: tuple[int, ...] = ()
+    last: dict[str, str] | None = None
+    if n:
+        per_hour = catalog.query_arrow(
+            "SELECT intDiv(committed_at_ns, 3600000000000) * 3600 AS hour, count() AS n FROM episodes "
+            "WHERE committed_at_ns >= {since:Int64} GROUP BY hour ORDER BY hour",
+            {"since": int(totals["last"]) - hours_shown * 3_600_000_000_000},
+        )
+        hours_s = tuple(int(v) for v in per_hour.column("hour").to_pylist())
+        counts = tuple(int(v) for v in per_hour.column("n").to_pylist())
+        row = catalog.query_arrow(
+            "SELECT episode_id, robot_id, task, committed_at_ns FROM episodes "
+            "ORDER BY committed_at_ns DESC, episode_id DESC LIMIT 1"
+        ).to_pylist()[0]
+        last = {
+            "episode_id": str(row["episode_id"]),
+            "robot_id": str(row["robot_id"]),
+            "task": str(row["task"]),
+            "committed_at": iso(int(row["committed_at_ns"])),
+        }
+    fresh = read_freshness(catalog, since_s=_FRESHNESS_WINDOW_S)
+    summary = summarize(fresh.latencies_s(), missing_published=fresh.missing_published)
+    reasons = Counter(e.reason for e in list_quarantine(layout))
+    return Overview(
+        episodes=n,
+        hours=float(totals["seconds"] or 0.0) / 3600.0,
+        robots=int(totals["robots"]),
+        tasks=int(totals["tasks"]),
+        commits_hour_s=hours_s,
+        commits_count=counts,
+        freshness_count=summary.count,
+        freshness_p50_s=summary.p50_s,
+        freshness_p95_s=summary.p95_s,
+        quarantine_by_reason=tuple(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0]))),
+        last_commit=last,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Episode:
+    """One visible episode: its marker row, every attempt, its steps as plot series."""
+
+    episode_id: str
+    attempt_id: str
+    row: dict[str, Any]  # the visible episodes row
+    attempts: tuple[dict[str, str], ...]  # every attempt: id, committed, featurizer, visible
+    cameras: tuple[str, ...]
+    times_s: tuple[float, ...]  # per step, from the first step
+    proprio: tuple[tuple[float, ...], ...]  # per dimension, per step
+    action: tuple[tuple[float, ...], ...]
+
+    def metadata(self) -> list[tuple[str, str]]:
+        """(column, value) of the indexed metadata, statistics and locators left out."""
+        skip = {"proprio_mean", "proprio_std", "proprio_min", "proprio_max", "action_mean", "action_std"}
+        skip |= {"action_min", "action_max", "proprio_sketch", "action_sketch", "proprio_m2", "action_m2"}
+        skip |= {"proprio_mean64", "action_mean64"}
+        out = []
+        for key, value in self.row.items():
+            if key in skip:
+                continue
+            out.append((key, iso(value) if key.endswith("_at_ns") or key == "start_time_ns" else cell(value)))
+        return out
+
+    def stats(self) -> list[tuple[str, int, str, str, str, str]]:
+        """(feature, dim, mean, std, min, max) per dimension of proprio and action."""
+        out = []
+        for feature in ("proprio", "action"):
+            cols = [self.row.get(f"{feature}_{s}") or [] for s in ("mean", "std", "min", "max")]
+            for d, (mean, std, lo, hi) in enumerate(zip(*cols, strict=False)):
+                out.append((feature, d, f"{mean:.4g}", f"{std:.4g}", f"{lo:.4g}", f"{hi:.4g}"))
+        return out
+
+
+def _series(steps: pa.Table, column: str) -> tuple[tuple[float, ...], ...]:
+    values = steps.column(column).to_pylist()
+    if not values:
+        return ()
+    return tuple(tuple(round(float(v[d]), 6) for v in values) for d in range(len(values[0])))
+
+
+def read_episode(layout: LakeLayout, episode_id: str) -> Episode:
+    """The visible attempt of `episode_id` and its steps (NotFound when it is not visible)."""
+    rows = _delta(layout.episodes, filters=[("episode_id", "=", episode_id)])
+    if rows is None or rows.num_rows == 0:
+        raise NotFound(f"episode {episode_id!r} is not in the lake at {layout.root}")
+    visible = latest_commits(rows, read_deleted_ids(layout))
+    if visible.num_rows == 0:
+        raise NotFound(f"episode {episode_id!r} was deleted from the lake (`pilake episodes delete`)")
+    row = visible.to_pylist()[0]
+    attempt = str(row["attempt_id"])
+    attempts = tuple(
+        {
+            "attempt_id": str(r["attempt_id"]),
+            "committed_at": iso(r["committed_at_ns"]),
+            "featurizer": r.get("featurizer") or "stream job",
+            "visible": "yes" if r["attempt_id"] == attempt else "superseded",
+        }
+        for r in sorted(rows.to_pylist(), key=lambda r: r["committed_at_ns"])
+    )
+    steps = _delta(
+        layout.steps,
+        columns=["step_index", "timestamp_ns", "proprio", "action"],
+        filters=[("episode_id", "=", episode_id), ("attempt_id", "=", attempt)],
+    )
+    if steps is None:  # a lake without a steps table yet
+        steps = pa.table({"timestamp_ns": pa.array([], pa.int64())})
+    elif steps.num_rows:
+        steps = steps.sort_by("step_index")
+    stamps = steps.column("timestamp_ns").to_pylist()
+    origin = stamps[0] if stamps else 0
+    return Episode(
+        episode_id=episode_id,
+        attempt_id=attempt,
+        row=row,
+        attempts=attempts,
+        cameras=tuple(row["cameras"]),
+        times_s=tuple(round((t - origin) / 1e9, 6) for t in stamps),
+        proprio=_series(steps, "proprio") if stamps else (),
+        action=_series(steps, "action") if stamps else (),
+    )
+
+
+def episode_annotations(layout: LakeLayout, episode_id: str) -> list[dict[str, str]]:
+    """The episode's current annotations (empty when the lake has no annotations table)."""
+    table = AnnotationStore(layout).current([episode_id])
+    keep = ("kind", "value", "step_start", "step_end", "source", "version")
+    return [{k: cell(r[k]) for k in keep} for r in table.to_pylist()]
+
+
+def lineage(catalog: Any, episode: Episode) -> list[dict[str, str]]:
+    """The backfill runs that made one of the episode's attempts (by featurizer)."""
+    from pi_catalog import backfill_runs
+
+    featurizers = {a["featurizer"] for a in episode.attempts}
+    runs = backfill_runs(catalog)
+    if runs.num_rows == 0:
+        return []
+    runs = runs.filter(pc.is_in(runs.column("featurizer"), value_set=pa.array(sorted(featurizers))))
+    keep = ("run_id", "featurizer", "where_sql", "status", "committed", "failed", "started_at_ns")
+    return [
+        {k: iso(r[k]) if k.endswith("_ns") else cell(r[k]) for k in keep if k in r} for r in runs.to_pylist()
+    ]
+
+
+def trace_lines(layout: LakeLayout, catalog: Any, episode_id: str, log_dirs: tuple[Path, ...]) -> list[str]:
+    """The episode's history, as `pilake trace` prints it."""
+    from pi_jobs.ops.trace import trace_episode
+
+    return [e.line() for e in trace_episode(episode_id, layout=layout, catalog=catalog, log_dirs=log_dirs)]
+
+
+def video_rows(layout: LakeLayout, episode_id: str, attempt_id: str, camera: str) -> pa.Table:
+    """The video chunks of one camera of one attempt, in chunk order."""
+    rows = _delta(
+        layout.video,
+        columns=["chunk_index", "frame_timestamps_ns", "codec", "data"],
+        filters=[("episode_id", "=", episode_id), ("attempt_id", "=", attempt_id), ("camera", "=", camera)],
+    )
+    if rows is None or rows.num_rows == 0:
+        raise NotFound(f"episode {episode_id!r} has no video rows for camera {camera!r}")
+    return rows.sort_by("chunk_index")
+
+
+@dataclass(frozen=True, slots=True)
+class QuarantineRow:
+    """One quarantine row as the page shows it."""
+
+    quarantine_id: str
+    episode_id: str | None
+    status: str
+    reason: str
+    details: str
+    where: str
+    size_bytes: int
+    quarantined_at: str
+    preview: tuple[dict[str, str], ...]
+    command: str
+
+
+def _preview(layout: LakeLayout, entry: Any) -> tuple[dict[str, str], ...]:
+    from pi_jobs.ops.quarantine import raw_rows
+
+    try:
+        rows = raw_rows(layout, entry).slice(0, _RAW_PREVIEW_MESSAGES).to_pylist()
+    except Exception as err:  # a raw table GC'd or unreadable: say so on the page, do not fail it
+        return ({"where": "-", "size": "-", "sha256": "-", "hex": f"raw rows unreadable: {err}", "text": ""},)
+    out = []
+    for r in rows:
+        message = bytes(r["message"])
+        head = message[:_RAW_PREVIEW_BYTES]
+        out.append(
+            {
+                "where": f"{r['kafka_topic']}/{r['kafka_partition']}@{r['kafka_offset']}",
+                "size": str(len(message)),
+                "sha256": hashlib.sha256(message).hexdigest()[:16],
+                "hex": head.hex(" "),
+                "text": "".join(chr(b) if 32 <= b < 127 else "." for b in head),
+            }
+        )
+    return tuple(out)
+
+
+def quarantine_page(
+    layout: LakeLayout, *, page: int, page_size: int, include_closed: bool
+) -> tuple[list[QuarantineRow], int]:
+    """One page of the quarantine (newest first) with raw previews, and the row count."""
+    from pi_jobs.ops.quarantine import list_quarantine
+
+    entries = list_quarantine(layout, include_closed=include_closed)[::-1]
+    shown = entries[page * page_size : (page + 1) * page_size]
+    out = []
+    for e in shown:
+        offsets = e.kafka_offsets
+        where = f"{e.kafka_topic}/{e.kafka_partition}:{offsets[0] if offsets else '-'}"
+        where += f"..{offsets[-1]}" if len(offsets) > 1 else ""
+        if e.episode_id is None:
+            command = f"pilake quarantine show {shlex.quote(e.quarantine_id)} --dump quarantined.piep"
+        else:
+            command = f"pilake quarantine release {shlex.quote(e.episode_id)} --note 'why it is fixed'"
+        out.append(
+            QuarantineRow(
+                e.quarantine_id,
+                e.episode_id,
+                e.status,
+                e.reason,
+                e.details,
+                where,
+                e.size_bytes,
+                iso(e.quarantined_at_ns),
+                _preview(layout, e),
+                command,
+            )
+        )
+    return out, len(entries)
+
+
+@dataclass(frozen=True, slots=True)
+class PinRow:
+    """One pin with its integrity, as `pilake dataset show` computes it."""
+
+    name: str
+    sql: str
+    episodes: int
+    content_hash: str
+    created_at: str
+    table_versions: str
+    rows_present: int
+    intact: bool
+    first_episodes: tuple[str, ...]
+
+
+def pins_page(layout: LakeLayout, *, page: int, page_size: int) -> tuple[list[PinRow], int]:
+    """One page of the pins (by name), each checked with `check_dataset`, and the pin count."""
+    from pi_jobs.maintenance.datasets import check_dataset
+
+    summaries = sorted(PinStore(layout).summaries(), key=lambda p: p.name)
+    out = []
+    for summary in summaries[page * page_size : (page + 1) * page_size]:
+        check = check_dataset(layout, summary.name)
+        pin = check.pin
+        out.append(
+            PinRow(
+                name=pin.name,
+                sql=pin.sql or "(chosen by episode ids)",
+                episodes=len(pin.episode_ids),
+                content_hash=pin.content_hash,
+                created_at=iso(pin.created_at_ns),
+                table_versions=", ".join(f"{k} v{v}" for k, v in sorted(dict(pin.table_versions).items())),
+                rows_present=check.rows_present,
+                intact=check.intact,
+                first_episodes=tuple(pin.episode_ids[:5]),
+            )
+        )
+    return out, len(summaries)
+
+
+def now_text() -> str:
+    """The time a page was rendered."""
+    return iso(time.time_ns())

@@ -1,0 +1,218 @@
+"""The Query page's SQL: one SELECT over the catalog, checked, then run read-only, time-limited
+and row-capped.
+
+Two locks, either of which suffices for the rule that matters (nothing is written): the check
+here refuses anything but one SELECT/WITH statement that changes no setting, and the statement
+ClickHouse runs is the user's query as a subquery, `SELECT * FROM (<query>) LIMIT n OFFSET m
+SETTINGS max_execution_time = t, readonly = 1`, which parses only for a SELECT and, at
+readonly = 1, refuses writes, table functions that reach files or the network, and any change
+of a setting. The settings go in the statement, not in the client: clickhouse-connect's chdb
+backend applies client settings with SET and cannot restore them once readonly is on, which
+would leave the process's catalog engine read-only for every later caller.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+import shlex
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from pi_jobs.ui._errors import QueryRefused
+
+_FIRST_WORDS = ("SELECT", "WITH")
+_WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
+# Most characters of a cell shown in the table (the full value stays in the catalog).
+_CELL_CHARS = 200
+
+
+def _code_only(sql: str) -> str:
+    """`sql` with string literals, quoted identifiers and comments replaced by spaces, so the
+    checks below look at keywords and punctuation only; QueryRefused for an unclosed one."""
+    out: list[str] = []
+    i, n = 0, len(sql)
+    while i < n:
+        c = sql[i]
+        if c in "'\"`":
+            j = i + 1
+            while j < n:
+                if sql[j] == "\\":
+                    j += 2
+                    continue
+                if sql[j] == c:
+                    if j + 1 < n and sql[j + 1] == c:  # '' inside a literal
+                        j += 2
+                        continue
+                    break
+                j += 1
+            if j >= n:
+                raise QueryRefused(f"the query has an unclosed {c} quote (from position {i})")
+            out.append(" ")
+            i = j + 1
+        elif sql.startswith("--", i) or c == "#":
+            j = sql.find("\n", i)
+            i = n if j < 0 else j
+            out.append(" ")
+        elif sql.startswith("/*", i):
+            j = sql.find("*/", i + 2)
+            if j < 0:
+                raise QueryRefused(f"the query has an unclosed /* comment (from position {i})")
+            out.append(" ")
+            i = j + 2
+        else:
+            out.append(c)
+            i += 1
+    return "".join(out)
+
+
+def check_select(sql: str) -> str:
+    """The query, trailing semicolons removed, if it is one SELECT (or WITH ... SELECT) that
+    changes no setting; QueryRefused saying why otherwise.
+
+    Raises:
+        QueryRefused: empty, several statements, not a SELECT, a SETTINGS clause, INTO OUTFILE,
+            unbalanced parentheses or an unclosed quote/comment.
+
+    Example:
+        >>> check_select("SELECT episode_id FROM episodes WHERE success;")
+        'SELECT episode_id FROM episodes WHERE success'
+    """
+    if not isinstance(sql, str) or not sql.strip():
+        raise QueryRefused("the query is empty; write a SELECT over the catalog's `episodes` view")
+    code = _code_only(sql)
+    stripped = code.rstrip().rstrip(";").rstrip()
+    if ";" in stripped:
+        raise QueryRefused("the query holds several statements (a `;` before its end); run one SELECT")
+    words = [w.upper() for w in _WORD.findall(stripped)]
+    if not words or words[0] not in _FIRST_WORDS:
+        first = words[0] if words else stripped.strip()[:20]
+        raise QueryRefused(f"only SELECT queries run here (read-only), got a query starting with {first!r}")
+    if "SETTINGS" in words:
+        raise QueryRefused(
+            "the query has a SETTINGS clause; the UI runs queries with its own read-only settings "
+            "and a time limit, which a query may not change"
+        )
+    if any(a == "INTO" and b == "OUTFILE" for a, b in itertools.pairwise(words)):
+        raise QueryRefused("INTO OUTFILE writes a file; the UI only reads")
+    depth = 0
+    for c in stripped:
+        depth += (c == "(") - (c == ")")
+        if depth < 0:
+            raise QueryRefused("the query closes a parenthesis it never opened")
+    if depth:
+        raise QueryRefused(f"the query leaves {depth} parenthesis(es) open")
+    # cut at the end of the code: trailing `;` and comments go, the statement stays verbatim
+    return sql[: len(stripped)].rstrip()
+
+
+def wrap_select(sql: str, *, limit: int, offset: int, timeout_s: float) -> str:
+    """The statement ClickHouse runs for a checked query: read-only, time-limited, one page.
+
+    The query sits on lines of its own, so a trailing `--` comment cannot swallow the wrapper.
+
+    Example:
+        >>> wrap_select("SELECT 1", limit=51, offset=0, timeout_s=10.0).splitlines()[-1]
+        ') LIMIT 51 OFFSET 0 SETTINGS max_execution_time = 10, readonly = 1'
+    """
+    if limit < 0 or offset < 0:
+        raise ValueError(f"limit and offset must be >= 0, got {limit} and {offset}")
+    # readonly last: once it is 1, no other setting may change (ClickHouse applies them in order)
+    return (
+        f"SELECT * FROM (\n{sql}\n) LIMIT {int(limit)} OFFSET {int(offset)} "
+        f"SETTINGS max_execution_time = {timeout_s:g}, readonly = 1"
+    )
+
+
+def _count_sql(sql: str, timeout_s: float, cap: int) -> str:
+    return (
+        f"SELECT count() AS n FROM (SELECT 1 FROM (\n{sql}\n) LIMIT {int(cap) + 1}) "
+        f"SETTINGS max_execution_time = {timeout_s:g}, readonly = 1"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class QueryResult:
+    """One page of a query's rows, as strings to show, and what the page needs around them."""
+
+    sql: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    page: int
+    page_size: int
+    total_rows: int  # counted up to row_cap + 1 (then `capped`)
+    row_cap: int
+    capped: bool
+    elapsed_ms: float
+
+    @property
+    def episode_column(self) -> int | None:
+        """Index of the `episode_id` column (its cells link to the Episode page), or None."""
+        return self.columns.index("episode_id") if "episode_id" in self.columns else None
+
+    @property
+    def has_next(self) -> bool:
+        return (self.page + 1) * self.page_size < min(self.total_rows, self.row_cap)
+
+    def pin_command(self, name: str = "my-dataset") -> str | None:
+        """The `pilake dataset create` command that pins this selection (None without an
+        `episode_id` column, which a pin needs)."""
+        if self.episode_column is None:
+            return None
+        return f"pilake dataset create {shlex.quote(name)} --sql {shlex.quote(self.sql)}"
+
+
+def cell(value: Any) -> str:
+    """A catalog value as the table shows it (long values cut, bytes as hex)."""
+    if value is None:
+        text = "NULL"
+    elif isinstance(value, bytes):
+        text = value[:32].hex() + ("…" if len(value) > 32 else "")
+    elif isinstance(value, float):
+        text = f"{value:.6g}"
+    elif isinstance(value, list):
+        text = "[" + ", ".join(cell(v) for v in value) + "]"
+    else:
+        text = str(value)
+    return text if len(text) <= _CELL_CHARS else text[:_CELL_CHARS] + "…"
+
+
+def run_select(
+    catalog: Any, sql: str, *, page: int, page_size: int, row_cap: int, timeout_s: float
+) -> QueryResult:
+    """Check `sql`, then run one page of it (and its capped row count) on `catalog`.
+
+    Raises:
+        QueryRefused: `check_select` refused it, or the page is past the row cap.
+        pi_catalog.CatalogQueryError: ClickHouse refused or failed it (message attached).
+
+    Example:
+        >>> run_select(Catalog("/data/catalog"), "SELECT episode_id FROM episodes", page=0,
+        ...            page_size=50, row_cap=10_000, timeout_s=10).total_rows
+        1234
+    """
+    checked = check_select(sql)
+    if page < 0:
+        raise QueryRefused(f"page must be >= 0, got {page}")
+    offset = page * page_size
+    if offset >= row_cap:
+        raise QueryRefused(f"page {page} starts past the row cap ({row_cap} rows); narrow the query")
+    limit = min(page_size, row_cap - offset)
+    started = time.perf_counter()
+    table = catalog.query_arrow(wrap_select(checked, limit=limit, offset=offset, timeout_s=timeout_s))
+    total = int(catalog.query_arrow(_count_sql(checked, timeout_s, row_cap)).column("n")[0].as_py())
+    elapsed = (time.perf_counter() - started) * 1e3
+    columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
+    rows = tuple(tuple(cell(v) for v in row) for row in zip(*columns, strict=True))
+    return QueryResult(
+        sql=checked,
+        columns=tuple(table.column_names),
+        rows=rows,
+        page=page,
+        page_size=page_size,
+        total_rows=total,
+        row_cap=row_cap,
+        capped=total > row_cap,
+        elapsed_ms=elapsed,
+    )
