@@ -20,6 +20,15 @@ if ! command -v kcat >/dev/null 2>&1; then
     || echo "setup: could not install kcat (apt-get install kcat); the kcat fault test will fail"
 fi
 
+# Debian's chromium and its chromedriver: the browser tests of `pilake ui` (tests/jobs/ui) drive a
+# real headless browser with Selenium. Debian's build plays H.264 (the UI's remuxed MP4s).
+if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null 2>&1; then
+  SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"
+  $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null 2>&1 \
+    || { $SUDO apt-get update -qq >/dev/null 2>&1 && $SUDO apt-get install -y -qq chromium chromium-driver >/dev/null; } \
+    || echo "setup: could not install chromium (apt-get install chromium chromium-driver); the UI browser tests will fail"
+fi
+
 start=$(date +%s)
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip
