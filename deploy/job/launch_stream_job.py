@@ -5,10 +5,14 @@ The Flink Kubernetes Operator (deploy/k8s/flink-deployment.yaml, application mod
 same job graph as `pilake stream` (`pi_jobs.stream.job.build_job`) from the effective settings
 (PILAKE_CONFIG, the environment: `pilake config show` prints them) and hands it to the cluster
 that runs the client. Kafka source, lake, catalog, parallelism and checkpoint storage come from
-the settings; the restart strategy is the job's own (pi_jobs.stream.job).
+the settings; the restart strategy is the job's own (pi_jobs.stream.job), and a deployed job never
+gives up: it restarts at most every 30 s for as long as a dependency is down, and its sink rides
+out a restart of the object store or ClickHouse by itself (StreamJobConfig.dependency_retry_s).
 """
 
 from __future__ import annotations
+
+from dataclasses import replace
 
 from pi_jobs.config import export_environment
 from pi_jobs.settings import SETTINGS_KEYS, Settings
@@ -26,7 +30,7 @@ def job_config() -> StreamJobConfig:
     """
     settings = Settings.from_env()
     export_environment(SETTINGS_KEYS, settings)
-    return stream_config(settings)
+    return replace(stream_config(settings), restart_attempts=None)
 
 
 def main() -> None:

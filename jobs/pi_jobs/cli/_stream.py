@@ -48,7 +48,12 @@ def _cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     cluster = args.cluster or settings.flink_rest_url
     submit: Callable[[StreamJobConfig], JobHandle] | None = None
     if cluster:
+        from dataclasses import replace
+
         from pi_jobs.local.flink_submit import submit_stream_job
+
+        # a job on a cluster runs unattended: it outlives any dependency's restart (never gives up)
+        config = replace(config, restart_attempts=None)
 
         if not (args.until_idle or args.max_runtime_s):
             # detached: the job runs on in the cluster after this command returns

@@ -46,6 +46,7 @@ from pi_jobs.stream._records import (
     raw_rows,
     record_time_ns,
 )
+from pi_jobs.stream._retry import with_retries
 from pi_jobs.stream.contract import RobotRegistry, check_episode, load_registry
 from pi_jobs.stream.featurize import FeaturizeConfig, featurize
 
@@ -89,6 +90,9 @@ class SinkSettings:
     event_log_dir: str = ""
     # Prometheus /metrics of each worker on the first free port of [first, last]; None = off.
     metrics_ports: tuple[int, int] | None = None
+    # How long a lake commit or catalog record is retried while its server is unreachable
+    # (pi_jobs.stream._retry); StreamJobConfig.dependency_retry_s says why 120 s.
+    dependency_retry_s: float = 120.0
 
 
 @dataclass(slots=True)
@@ -127,15 +131,9 @@ class EpisodeSinkFunction(KeyedProcessFunction):
 
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, runtime_context: RuntimeContext) -> None:
-        from pi_format.lake import LakeWriter
-
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         self.subtask = int(runtime_context.get_index_of_this_subtask())
-        self.writer = LakeWriter(
-            LakeLayout(self.settings.lake_root),
-            writer_id=f"{self.settings.writer_prefix}-{self.subtask}",
-            on_stage=self._fault_injection,
-        )
+        self._open_writer()
         self.acks = AckPublisher(
             self.settings.bootstrap_servers, self.settings.ack_topic, self.settings.client_options
         )
@@ -158,6 +156,20 @@ class EpisodeSinkFunction(KeyedProcessFunction):
                 offsets=lambda: self.progress["offsets"],
             )
         self.events = SinkEvents(self.subtask, self.settings.event_log_dir)  # JSON lines: pilake trace
+
+    def _open_writer(self) -> None:
+        """A fresh LakeWriter: it reads the lake's state (what this writer already committed), as
+        at a restart, so a commit retried after a failure commits only what is missing."""
+        from pi_format.lake import LakeWriter
+
+        self.writer = LakeWriter(
+            LakeLayout(self.settings.lake_root),
+            writer_id=f"{self.settings.writer_prefix}-{self.subtask}",
+            on_stage=self._fault_injection,
+        )
+
+    def _reopen_catalog(self) -> None:
+        self.catalog = None  # the next record opens a new client
 
     def close(self) -> None:
         acks = getattr(self, "acks", None)
@@ -420,14 +432,24 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         group, self.waiting = self.waiting, []
         self.flushing = len(group)
         started = time.monotonic()
-        result = self.writer.commit_episodes(
-            [w.rows for w in group], raw=pa.concat_tables([w.raw for w in group])
+        raw = pa.concat_tables([w.raw for w in group])
+        # an object store that is down for a while (a restart) is waited for, not failed on
+        result = with_retries(
+            "lake commit",
+            lambda: self.writer.commit_episodes([w.rows for w in group], raw=raw),
+            retry_s=self.settings.dependency_retry_s,
+            before_retry=self._open_writer,
         )
         lake_committed_ns = time.time_ns()
         if result.committed:
             self._record_in_catalog(result.episodes, result.version)
             published = {w.rows.episode_id: w.published_at_ns for w in group}
-            self.events.group_committed(self.catalog, result, published, lake_committed_ns)
+            with_retries(
+                "catalog freshness record",
+                lambda: self.events.group_committed(self._catalog(), result, published, lake_committed_ns),
+                retry_s=self.settings.dependency_retry_s,
+                before_retry=self._reopen_catalog,
+            )
         metrics.record_commit(
             group, result, seconds=time.monotonic() - started, committed_at_ns=lake_committed_ns
         )
@@ -465,12 +487,21 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         self._record_in_catalog(row, version)
         self.acks.send(Ack(episode_id, AckStatus.COMMITTED, attempt, time.time_ns()))
 
-    def _record_in_catalog(self, episode_row: pa.Table, version: int) -> None:
-        # The catalog is derived (decision 7): Delta is already committed here. An error
-        # surfaces (the job fails and restarts, the replay sees a duplicate) rather than being
-        # hidden; `pilake` can rebuild the catalog from Delta.
+    def _catalog(self) -> Any:
         if self.catalog is None:
             from pi_catalog import Catalog
 
             self.catalog = Catalog(self.settings.catalog_path)
-        self.catalog.record_episodes(episode_row, episodes_version=version)
+        return self.catalog
+
+    def _record_in_catalog(self, episode_row: pa.Table, version: int) -> None:
+        # The catalog is derived (decision 7): Delta is already committed here. A server that is
+        # down is retried for a while (recording is idempotent); an error that outlasts it
+        # surfaces (the job fails and restarts, the replay sees a duplicate) rather than being
+        # hidden; `pilake` can rebuild the catalog from Delta.
+        with_retries(
+            "catalog record",
+            lambda: self._catalog().record_episodes(episode_row, episodes_version=version),
+            retry_s=self.settings.dependency_retry_s,
+            before_retry=self._reopen_catalog,
+        )

@@ -61,6 +61,14 @@ class StreamJobConfig:
     # Each sink worker serves Prometheus /metrics on the first free port of (first, last);
     # None = off (pi_jobs.stream._metrics).
     metrics_ports: tuple[int, int] | None = None
+    # A lake commit or catalog record whose server is unreachable is retried with back-off for
+    # this long before the task fails (pi_jobs.stream._retry). 120 s: an object store's or
+    # ClickHouse's restart (seconds to a minute) passes without a job restart.
+    dependency_retry_s: float = 120.0
+    # Job restarts in a row (fewer than 10 healthy minutes apart) before the job fails for good;
+    # None = never give up (how a deployed job runs: the launcher and session-cluster
+    # submissions). 3 for the embedded `pilake stream`, which should fail loudly on a broken lake.
+    restart_attempts: int | None = 3
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
@@ -77,6 +85,14 @@ class StreamJobConfig:
             raise ValueError(f"group_commit_max_episodes must be >= 1, got {self.group_commit_max_episodes}")
         if not 0 <= self.group_commit_delay_ms <= 60_000:
             raise ValueError(f"group_commit_delay_ms must be in [0, 60000], got {self.group_commit_delay_ms}")
+        if not 0 <= self.dependency_retry_s <= 3600:
+            raise ValueError(
+                f"dependency_retry_s must be in [0, 3600] seconds, got {self.dependency_retry_s}"
+            )
+        if self.restart_attempts is not None and self.restart_attempts < 1:
+            raise ValueError(
+                f"restart_attempts must be >= 1 or None (never give up), got {self.restart_attempts}"
+            )
         if self.checkpoint_interval_ms < 100:
             raise ValueError(f"checkpoint_interval_ms must be >= 100, got {self.checkpoint_interval_ms}")
         for name in ("raw_topic", "ack_topic", "group_id"):

@@ -16,8 +16,11 @@ from pi_jobs.errors import StreamJobError
 from pi_jobs.kafka_security import java_client_properties
 from pi_jobs.stream.config import StreamJobConfig
 
-# Restarts in a row (fewer than 10 healthy minutes apart) before the job fails for good.
+# Restarts in a row (fewer than 10 healthy minutes apart) before the embedded job fails for good
+# (StreamJobConfig.restart_attempts; a deployed job never gives up).
 RESTART_ATTEMPTS = 3
+# Flink's "attempts before reset" for a job that never gives up: Java's Integer.MAX_VALUE.
+UNBOUNDED_ATTEMPTS = 2**31 - 1
 
 
 def build_job(config: StreamJobConfig) -> Any:
@@ -50,7 +53,7 @@ def build_job(config: StreamJobConfig) -> Any:
             f"(logs in {config.log_dir.absolute()})"
         ) from err
 
-    conf = python_worker_configuration()
+    conf = python_worker_configuration(config.restart_attempts)
     conf.set_string("execution.checkpointing.interval", f"{config.checkpoint_interval_ms} ms")
     conf.set_string("execution.checkpointing.storage", "filesystem")
     checkpoint_dir = config.checkpoint_dir or (config.work_dir / "checkpoints").absolute().as_uri()
@@ -111,6 +114,7 @@ def build_job(config: StreamJobConfig) -> Any:
         writer_prefix=config.group_id,
         event_log_dir=os.environ.get(EVENT_LOG_DIR_ENV, ""),  # JSON event logs (pilake trace)
         metrics_ports=config.metrics_ports,
+        dependency_retry_s=config.dependency_retry_s,
     )
     stream = t_env.to_data_stream(t_env.from_path("pilake_raw"))
     (
@@ -140,9 +144,10 @@ def prepare_python_workers(log_dir: Path) -> None:
     os.environ["_python_worker_execution_mode"] = "process"  # noqa: SIM112 - PyFlink's own name
 
 
-def python_worker_configuration() -> Any:
-    """A pyflink Configuration with the Python worker settings and the bounded restart
-    strategy every pi-lake Flink job (stream, backfill) uses."""
+def python_worker_configuration(restart_attempts: int | None = RESTART_ATTEMPTS) -> Any:
+    """A pyflink Configuration with the Python worker settings and the restart strategy every
+    pi-lake Flink job (stream, backfill) uses: `restart_attempts` restarts in a row, or None
+    for a job that never gives up (a deployed stream job)."""
     from pyflink.common import Configuration
 
     conf = Configuration()
@@ -158,8 +163,11 @@ def python_worker_configuration() -> Any:
     # count resets after 10 healthy minutes), while a persistent one (an unwritable lake) fails
     # after the same number of attempts however slowly a loaded machine restarts. failure-rate
     # (3 per 5 min) did not: on a busy CI machine 4 failures took longer than 5 minutes.
+    # A deployed job (None) retries forever at the 30 s max back-off: a dependency that is down
+    # longer than the sink's own retries (StreamJobConfig.dependency_retry_s) must not end it.
+    attempts = UNBOUNDED_ATTEMPTS if restart_attempts is None else restart_attempts
     conf.set_string("restart-strategy.type", "exponential-delay")
-    conf.set_string("restart-strategy.exponential-delay.attempts-before-reset-backoff", str(RESTART_ATTEMPTS))
+    conf.set_string("restart-strategy.exponential-delay.attempts-before-reset-backoff", str(attempts))
     conf.set_string("restart-strategy.exponential-delay.reset-backoff-threshold", "10 min")
     conf.set_string("restart-strategy.exponential-delay.initial-backoff", "2 s")
     conf.set_string("restart-strategy.exponential-delay.backoff-multiplier", "2.0")
