@@ -30,6 +30,9 @@ class QuarantineReason(enum.StrEnum):
     UNKNOWN_ROBOT_TYPE = "unknown_robot_type"
     OUT_OF_RANGE = "out_of_range"
     INCOMPLETE_TIMEOUT = "incomplete_timeout"
+    # stored bytes of a committed attempt no longer match their checksums (`pilake repair`
+    # records each damaged attempt it handled, repaired from raw or kept aside)
+    CORRUPT = "corrupt"
 
 
 class PiFormatError(Exception):

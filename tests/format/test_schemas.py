@@ -101,7 +101,7 @@ def test_quarantine_reason_values_are_stable() -> None:
         "bad_magic", "unsupported_version", "truncated", "oversize", "bad_header", "chunk_checksum",
         "stream_checksum", "count_mismatch", "duplicate_conflict", "key_mismatch", "bad_metadata",
         "bad_video", "bad_values", "bad_timestamps", "bad_rate", "unknown_robot_type", "out_of_range",
-        "incomplete_timeout",
+        "incomplete_timeout", "corrupt",
     }
 
 

@@ -164,6 +164,8 @@ class LakeWriter:
         # catalog). Read once: an episode deleted later keeps its markers in this writer's memory.
         self._deleted = frozenset(read_deleted_ids(layout).to_pylist())
         self._sequence = self._tables["episodes"].transaction_version(writer_app_id(writer_id)) or 0
+        # the current group commit's `replacing` (see commit_episodes)
+        self._replacing: dict[str, str] = {}
 
     @property
     def committed_count(self) -> int:
@@ -226,6 +228,9 @@ class LakeWriter:
                 backfill): an episode is then a duplicate only when its visible marker already
                 has the new row's `featurizer`; the new marker's committed_at_ns is moved past
                 the visible one's if needed, so it wins the visibility rule.
+            replacing: with `supersede`, episode id -> the damaged attempt its new rows replace
+                (`pilake repair`): such an episode is a duplicate exactly when its visible
+                attempt is no longer that one (already repaired, or superseded since).
 
         Example:
             >>> writer.commit_episodes([rows_a, rows_b], raw=raw_rows).committed
@@ -247,6 +252,7 @@ class LakeWriter:
         # writer committed since is caught at the markers' read point below (its rows written
         # here are then never made visible, and GC removes them).
         featurizers = {e: _featurizer(r.episode) for e, r in unique.items()}
+        self._replacing = dict(replacing or {})
         fresh = sorted(e for e in unique if not self._is_done(e, featurizers[e], supersede))
         duplicates = sorted({*repeated, *(e for e in unique if e not in fresh)})
         if not fresh:
@@ -275,6 +281,8 @@ class LakeWriter:
             return True
         if self._committed.attempt(episode_id) is None:
             return False
+        if supersede and episode_id in self._replacing:
+            return self._committed.attempt(episode_id) != self._replacing[episode_id]
         return not supersede or self._committed.featurizer(episode_id) == featurizer
 
     def _after_visible(self, markers: pa.Table) -> pa.Table:

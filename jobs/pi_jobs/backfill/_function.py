@@ -2,7 +2,8 @@
 
 (episode_id, source attempt_id) -> **BackfillFunction**: read the attempt's raw rows from the
 source lake's `raw` table (a pyarrow filter on episode_id and attempt_id), assemble them with
-pi_format.wire as the stream job did, featurize with the named config, mark the row with the
+pi_format.wire as the stream job did, featurize with the named config (`_rebuild`, shared with
+`pilake repair`), mark the row with the
 featurizer's "<name>@<version>", and commit groups through `LakeWriter.commit_episodes(...,
 supersede=True)` (exactly once: an episode whose visible attempt already carries the featurizer
 is a duplicate, nothing of it becomes visible), then record the group in the catalog. A failed
@@ -14,7 +15,6 @@ from __future__ import annotations
 import logging
 import os
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -24,9 +24,9 @@ import pyarrow.compute as pc
 from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 
 from pi_jobs.backfill._raw_files import FILES_SEP
+from pi_jobs.backfill._rebuild import read_raw_rows, rebuild_episode
 from pi_jobs.backfill.config import BackfillSettings
 from pi_jobs.stream._progress import load_progress, subtask_progress_file, write_progress
-from pi_jobs.stream.featurize import featurize
 
 log = logging.getLogger("pi_jobs.backfill")
 
@@ -35,46 +35,11 @@ log = logging.getLogger("pi_jobs.backfill")
 DELAY_ENV = "PILAKE_FAULT_BACKFILL_DELAY_S"
 # failures named in the progress file (all are counted)
 _MAX_FAILURES_LISTED = 100
-_RAW_COLUMNS = ["attempt_id", "chunk_index", "received_at_ns", "kafka_partition", "kafka_offset", "message"]
 
 
 def episode_of(row: Any) -> str:
     """The key_by key of a work item (episode_id, attempt_id)."""
     return str(row[0])
-
-
-def assemble_raw(episode_id: str, rows: pa.Table) -> Any:
-    """Assemble `episode_id` from one attempt's raw rows (RAW_SCHEMA columns `message`,
-    `received_at_ns`, `kafka_partition`, `kafka_offset`), in arrival order, as the stream job did.
-
-    Returns:
-        (the pi_format.Episode, its distinct chunks' bytes).
-
-    Raises:
-        ProtocolError: chunks are missing.
-    """
-    from pi_format import ProtocolError, QuarantineReason
-    from pi_format.wire import EpisodeAssembler, decode_chunk
-
-    rows = rows.sort_by(
-        [("received_at_ns", "ascending"), ("kafka_partition", "ascending"), ("kafka_offset", "ascending")]
-    )
-    asm = EpisodeAssembler(episode_id)
-    for message in rows.column("message").to_pylist():
-        # The stream job keeps, under the attempt's id, chunks its assembler rejected (a
-        # conflicting re-send, a foreign key): skipping them in arrival order rebuilds what it
-        # assembled. Identical duplicates are ignored by the assembler.
-        try:
-            asm.add(decode_chunk(message))
-        except ProtocolError:
-            continue
-    if not asm.is_complete:
-        have = len(asm.chunks)
-        raise ProtocolError(
-            QuarantineReason.COUNT_MISMATCH,
-            f"raw holds {have} of {asm.chunk_count} chunks of {episode_id} for this attempt",
-        )
-    return asm.assemble(), int(asm.size_bytes)
 
 
 class BackfillFunction(KeyedProcessFunction):
@@ -140,74 +105,20 @@ class BackfillFunction(KeyedProcessFunction):
 
     def _raw_rows(self, episode_id: str, files: tuple[str, ...]) -> pa.Table:
         """Every raw row of the episode (the caller picks the attempt), read from `files` (the
-        raw files the plan found holding it); without them, filtered from the whole table."""
-        where = pc.field("episode_id") == episode_id
-        if files:
-            import pyarrow.dataset as pads
-            from pi_format import LakeLayout
-            from pi_format.lake import table_filesystem
-
-            filesystem, base = table_filesystem(LakeLayout(self.settings.source_root).raw)
-            dataset = pads.dataset(
-                [f"{base}/{f}" for f in files],
-                format="parquet",
-                filesystem=filesystem,
-                schema=self.raw.schema,
-            )
-            rows = dataset.to_table(columns=_RAW_COLUMNS, filter=where)
-        else:
-            rows = self.raw.to_table(columns=_RAW_COLUMNS, filter=where)
+        raw files the plan found holding it, page CRCs checked); without them, filtered from the
+        whole table."""
+        rows = read_raw_rows(self.settings.source_root, episode_id, files, self.raw)
         self.progress["bytes"] += int(pc.sum(pc.binary_length(rows.column("message"))).as_py() or 0)
         return rows
 
     def _rebuild(self, episode_id: str, attempt_id: str, files: tuple[str, ...] = ()) -> Any:
-        from pi_format import ProtocolError
-
-        rows = self._raw_rows(episode_id, files)
-        if rows.num_rows == 0:
-            raise ValueError(f"the raw table holds no rows of episode {episode_id}")
-        # The committed stream attempt's rows first; an attempt without rows of its own (a
-        # quarantine release rebuilt it from other attempts') falls back to the other attempts,
-        # newest first, the first that assembles.
-        attempts = [attempt_id] + [
-            a
-            for a in rows.sort_by([("received_at_ns", "descending")])
-            .column("attempt_id")
-            .unique()
-            .to_pylist()
-            if a != attempt_id
-        ]
-        error: Exception | None = None
-        for attempt in attempts:
-            mine = rows.filter(pc.equal(rows.column("attempt_id"), attempt))
-            if mine.num_rows == 0:
-                continue
-            try:
-                episode, raw_size = assemble_raw(episode_id, mine)
-            except ProtocolError as err:
-                error = error or err
-                continue
-            received = int(pc.max(mine.column("received_at_ns")).as_py())
-            return self._featurize(episode, received, raw_size)
-        raise error or ValueError(f"no raw attempt of {episode_id} assembles")
-
-    def _featurize(self, episode: Any, received_at_ns: int, raw_size: int) -> Any:
-        from pi_format.lake import EpisodeRows
-
-        rows = featurize(
-            episode,
-            attempt_id=str(uuid.uuid4()),
-            received_at_ns=received_at_ns,
-            raw_size_bytes=raw_size,
-            committed_at_ns=time.time_ns(),
-            config=self.settings.featurize,
+        return rebuild_episode(
+            episode_id,
+            attempt_id,
+            self._raw_rows(episode_id, files),
+            featurize_config=self.settings.featurize,
+            featurizer_tag=self.settings.featurizer_tag,
         )
-        marker = rows.episode
-        index = marker.schema.get_field_index("featurizer")
-        marker = marker.set_column(
-            index, marker.schema.field(index), pa.array([self.settings.featurizer_tag], pa.string())
-        )
-        return EpisodeRows(episode=marker, steps=rows.steps, video=rows.video)
 
     def _flush(self) -> None:
         group, self.waiting = self.waiting, []

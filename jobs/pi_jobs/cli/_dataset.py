@@ -77,13 +77,19 @@ def _cmd_show(settings: Settings, args: argparse.Namespace) -> int:
         "created_at_ns": pin.created_at_ns,
         "rows_present": check.rows_present,
         "intact": check.intact,
+        # pinned attempts `pilake repair` found damaged (and what it did about them)
+        "damaged": [dict(d) for d in check.damaged],
         "first_episodes": [list(p) for p in list(zip(pin.episode_ids, pin.attempt_ids, strict=True))[:5]],
     }
     if args.json:
         print(json.dumps(info, indent=2))
     else:
         for key, value in info.items():
+            if key == "damaged":
+                value = len(check.damaged)
             print(f"{key:<16} {value}")
+        for d in check.damaged:
+            print(f"  damaged {d['episode_id']} attempt {d['attempt_id']}: {d['details']}")
     return 0 if check.intact else 2
 
 

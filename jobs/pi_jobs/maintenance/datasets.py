@@ -32,11 +32,16 @@ class DatasetCheck:
     pin: Pin
     rows_present: int
     content_hash_now: str | None  # None when rows are missing
+    # pinned attempts whose stored bytes `pilake repair` found damaged (its quarantine rows of
+    # reason `corrupt`): {episode_id, attempt_id, details (where, and what repair did)}
+    damaged: tuple[dict[str, str], ...] = ()
 
     @property
     def intact(self) -> bool:
         return (
-            self.rows_present == len(self.pin.episode_ids) and self.content_hash_now == self.pin.content_hash
+            self.rows_present == len(self.pin.episode_ids)
+            and self.content_hash_now == self.pin.content_hash
+            and not self.damaged
         )
 
 
@@ -148,7 +153,40 @@ def check_dataset(layout: LakeLayout, name: str) -> DatasetCheck:
     rows, _ = _episodes_rows(layout, pin.episode_ids)
     found = pinned_rows(rows, pin.episode_ids, pin.attempt_ids)
     present = found.num_rows
-    return DatasetCheck(pin, present, content_hash(found) if present == len(pin.episode_ids) else None)
+    return DatasetCheck(
+        pin,
+        present,
+        content_hash(found) if present == len(pin.episode_ids) else None,
+        damaged_attempts(layout, pin),
+    )
+
+
+def damaged_attempts(layout: LakeLayout, pin: Pin) -> tuple[dict[str, str], ...]:
+    """The attempts `pin` names that `pilake repair` found damaged (architecture decision 10):
+    its quarantine rows of reason `corrupt`, with their details (where the damage was, and the
+    new attempt the episode was re-featurized as, or why it was kept aside).
+
+    Example:
+        >>> damaged_attempts(layout, PinStore(layout).get("pick-v3"))
+        ({'episode_id': 'r1-000007', 'attempt_id': '5c0f...', 'details': 'damaged: steps ...'},)
+    """
+    from deltalake import DeltaTable
+    from pi_format import QuarantineReason
+
+    try:
+        rows = DeltaTable(layout.quarantine).to_pyarrow_table(
+            columns=["episode_id", "attempt_id", "reason", "details"]
+        )
+    except Exception:  # a lake without a quarantine table: nothing recorded
+        return ()
+    rows = rows.filter(pc.equal(rows.column("reason"), QuarantineReason.CORRUPT.value))
+    pinned = set(zip(pin.episode_ids, pin.attempt_ids, strict=True))
+    found = {}
+    for row in rows.to_pylist():
+        key = (str(row["episode_id"]), str(row["attempt_id"]))
+        if key in pinned:
+            found[key] = {"episode_id": key[0], "attempt_id": key[1], "details": str(row["details"])}
+    return tuple(found[k] for k in sorted(found))
 
 
 def get_dataset(layout: LakeLayout, name: str) -> Pin:

@@ -1,0 +1,88 @@
+"""`pilake verify | repair`: scrub the lake's stored bytes and repair what is damaged
+(pi_jobs.integrity, architecture decision 10)."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+from pi_jobs.settings import Settings
+
+
+def _verify_dir(settings: Settings) -> Path:
+    return settings.home / "verify"
+
+
+def _cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_format import LakeLayout
+
+    from pi_jobs.integrity import VERIFIED_TABLES, VerifyConfig, verify_lake
+
+    config = VerifyConfig(
+        sample=args.sample,
+        seed=args.seed,
+        tables=tuple(args.table) if args.table else VERIFIED_TABLES,
+        state_path=Path(args.state) if args.state else _verify_dir(settings) / "state.json",
+        report_path=Path(args.report) if args.report else _verify_dir(settings) / "report.json",
+    )
+    print(f"verify: {settings.lake_root} (read-only); state {config.state_path}")
+    bar = not args.no_progress and sys.stderr.isatty()  # a CronJob's log gets a line every 2 s instead
+    report = verify_lake(LakeLayout(settings.lake_root), config, progress=bar, say=print)
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+    else:
+        for line in report.lines():
+            print(line)
+    print(f"verify: report written to {config.report_path}")
+    return report.exit_code
+
+
+def _cmd_repair(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_format import LakeLayout
+
+    from pi_jobs.integrity import RepairConfig, VerifyConfig, VerifyReport, repair_lake, verify_lake
+
+    layout = LakeLayout(settings.lake_root)
+    if args.report:
+        report = VerifyReport.from_dict(json.loads(Path(args.report).read_text()))
+        damaged = len(report.corrupt_episodes)
+        print(f"repair: from the verify report {args.report} ({damaged} damaged attempts)")
+    else:
+        print("repair: verifying the lake first (pass --report to use a verify report)")
+        report = verify_lake(layout, VerifyConfig(), say=print)
+        for line in report.lines():
+            print(line)
+    if not report.faults:
+        print("repair: nothing is damaged")
+        return 0
+    catalog = None if args.no_catalog else settings.catalog_path
+    result = repair_lake(layout, report, RepairConfig(catalog_path=catalog, dry_run=args.dry_run), say=print)
+    for line in result.lines():
+        print(line)
+    return result.exit_code
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register this group's commands on the `pilake` parser."""
+    p = sub.add_parser(
+        "verify",
+        help="scrub the lake: check every stored byte against its checksum (exit 2 when any is damaged)",
+    )
+    p.add_argument("--sample", type=float, default=1.0, help="fraction of files to check (default: all)")
+    p.add_argument("--seed", type=int, default=0, help="which files a --sample picks (another seed, others)")
+    p.add_argument("--table", action="append", help="a lake table to check (repeatable; default: all)")
+    p.add_argument("--state", help="resume state file (default: $PILAKE_HOME/verify/state.json)")
+    p.add_argument("--report", help="JSON report path (default: $PILAKE_HOME/verify/report.json)")
+    p.add_argument("--json", action="store_true", help="print the report as JSON")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.set_defaults(func=_cmd_verify)
+    p = sub.add_parser(
+        "repair",
+        help="re-featurize the episodes `pilake verify` found damaged from raw, or keep them aside",
+    )
+    p.add_argument("--report", help="a `pilake verify` JSON report (default: verify now)")
+    p.add_argument("--dry-run", action="store_true", help="say what would be done, change nothing")
+    p.add_argument("--no-catalog", action="store_true", help="do not record the new attempts in the catalog")
+    p.set_defaults(func=_cmd_repair)

@@ -1,0 +1,388 @@
+"""`pilake verify`: a scrub of the lake's stored bytes (architecture decision 10).
+
+Every file the Delta logs name (or a `sample` of them) is read once and checked
+(`_scan.check_file`): present with its logged size, every Parquet page's CRC, every video
+chunk's `chunk_crc32`, every raw message's wire CRC. The scrub is read-only (it writes only its
+own state and report, outside the lake), shows a progress bar with its rate, and is resumable:
+after each file its result goes to a state file, and a run that finds one for the same lake and
+selection skips the files already checked (the state is removed when a run completes).
+
+The report names each damaged place and the episodes whose rows are there (episode_id and
+attempt_id, whether that attempt is the visible one, which dataset pins name it), as text and as
+JSON; `pilake repair` reads it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+import zlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pi_format import TABLE_SCHEMAS, LakeLayout
+
+from pi_jobs.integrity._scan import KIND_LOG, Fault, FileResult, check_file
+
+# Every table of the lake is scrubbed by default: a byte of any of them may end up in a sample
+# (steps, video, episodes), a repair (raw) or an operator's decision (the rest).
+VERIFIED_TABLES = tuple(TABLE_SCHEMAS)
+# The state file is rewritten at most this often (and after the last file): a killed run
+# redoes at most this many seconds of checks.
+_STATE_EVERY_S = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class VerifyConfig:
+    """What a scrub checks and where it keeps its state and report.
+
+    Args:
+        sample: the fraction of files checked (1.0: every file); a file is in the sample when
+            the CRC-32 of its path and `seed` falls below it, so a rerun with the same seed
+            checks the same files and another seed others.
+        seed: see `sample`.
+        tables: the lake tables to check.
+        state_path: where the scrub records each file's result as it goes (resume); None: not
+            resumable.
+        report_path: where the JSON report is written; None: not written.
+
+    Example:
+        >>> VerifyConfig(sample=0.1, state_path=Path("/var/pilake/verify/state.json"))
+    """
+
+    sample: float = 1.0
+    seed: int = 0
+    tables: tuple[str, ...] = VERIFIED_TABLES
+    state_path: Path | None = None
+    report_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        if not 0.0 < self.sample <= 1.0:
+            raise ValueError(f"sample must be a fraction in (0, 1], got {self.sample}")
+        unknown = sorted(set(self.tables) - set(TABLE_SCHEMAS))
+        if unknown or not self.tables:
+            raise ValueError(f"tables must be among {sorted(TABLE_SCHEMAS)}, got {list(self.tables)}")
+
+    def selects(self, table: str, path: str) -> bool:
+        """Whether file `path` of `table` is in the sample."""
+        if self.sample >= 1.0:
+            return True
+        return zlib.crc32(f"{self.seed}/{table}/{path}".encode()) / 2**32 < self.sample
+
+
+@dataclass(slots=True)
+class VerifyReport:
+    """What a scrub found; `exit_code` is 2 when anything is damaged (the CLI's status).
+
+    Example:
+        >>> report = verify_lake(LakeLayout("/data/lake"))
+        >>> report.exit_code, len(report.corrupt_episodes)
+        (0, 0)
+    """
+
+    lake_root: str
+    sample: float
+    files_selected: int = 0
+    files_checked: int = 0  # by this run (the others were resumed from the state file)
+    files_resumed: int = 0
+    bytes_checked: int = 0
+    seconds: float = 0.0
+    status: dict[str, dict[str, int]] = field(default_factory=dict)  # table -> status -> files
+    faults: list[Fault] = field(default_factory=list)
+    corrupt_episodes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def exit_code(self) -> int:
+        return 2 if self.faults else 0
+
+    @property
+    def mb_per_s(self) -> float:
+        return self.bytes_checked / 1e6 / self.seconds if self.seconds > 0 else 0.0
+
+    def as_dict(self) -> dict[str, Any]:
+        return {
+            "lake_root": self.lake_root,
+            "sample": self.sample,
+            "files_selected": self.files_selected,
+            "files_checked": self.files_checked,
+            "files_resumed": self.files_resumed,
+            "bytes_checked": self.bytes_checked,
+            "seconds": round(self.seconds, 3),
+            "mb_per_s": round(self.mb_per_s, 2),
+            "status": self.status,
+            "corrupt": bool(self.faults),
+            "faults": [f.as_dict() for f in self.faults],
+            "corrupt_episodes": self.corrupt_episodes,
+        }
+
+    @classmethod
+    def from_dict(cls, doc: dict[str, Any]) -> VerifyReport:
+        return cls(
+            lake_root=str(doc["lake_root"]),
+            sample=float(doc.get("sample", 1.0)),
+            files_selected=int(doc.get("files_selected", 0)),
+            files_checked=int(doc.get("files_checked", 0)),
+            files_resumed=int(doc.get("files_resumed", 0)),
+            bytes_checked=int(doc.get("bytes_checked", 0)),
+            seconds=float(doc.get("seconds", 0.0)),
+            status={t: {k: int(v) for k, v in s.items()} for t, s in doc.get("status", {}).items()},
+            faults=[Fault.from_dict(f) for f in doc.get("faults", [])],
+            corrupt_episodes=list(doc.get("corrupt_episodes", [])),
+        )
+
+    def lines(self) -> list[str]:
+        """The human summary `pilake verify` prints."""
+        out = [
+            f"verify: {self.files_selected} files ({self.sample:.0%} sample), {self.files_checked} checked "
+            f"now, {self.files_resumed} resumed; {self.bytes_checked / 1e6:.1f} MB in {self.seconds:.1f} s "
+            f"({self.mb_per_s:.1f} MB/s)"
+        ]
+        for table in sorted(self.status):
+            counts = ", ".join(f"{n} {s}" for s, n in sorted(self.status[table].items()))
+            out.append(f"  {table:<20} {counts}")
+        for fault in self.faults:
+            where = ", ".join(
+                f"{k} {v}"
+                for k, v in (
+                    ("row group", fault.row_group),
+                    ("column", fault.column),
+                    ("page", fault.page),
+                    ("row", fault.row),
+                )
+                if v is not None
+            )
+            out.append(f"  CORRUPT {fault.table}/{fault.file} ({where}): {fault.kind}: {fault.detail}")
+        for ep in self.corrupt_episodes:
+            flags = ["visible" if ep["visible"] else "not visible"]
+            if ep["pins"]:
+                flags.append("pinned by " + ", ".join(ep["pins"]))
+            tables = sorted({p["table"] for p in ep["places"]})
+            out.append(
+                f"  corrupt episode {ep['episode_id']} attempt {ep['attempt_id']} ({'; '.join(flags)}) "
+                f"in {', '.join(tables)}"
+            )
+        if self.faults:
+            out.append(
+                f"verify: {len(self.faults)} damaged places, {len(self.corrupt_episodes)} episodes: "
+                "run `pilake repair` to re-featurize them from raw"
+            )
+        else:
+            unverifiable = sum(s.get("unverifiable", 0) for s in self.status.values())
+            note = f" ({unverifiable} files written before checksums: unverifiable)" if unverifiable else ""
+            out.append(f"verify: no damage found{note}")
+        return out
+
+
+def _state_key(table: str, path: str) -> str:
+    return f"{table}/{path}"
+
+
+def _load_state(config: VerifyConfig, layout: LakeLayout) -> dict[str, dict[str, Any]]:
+    if config.state_path is None or not config.state_path.exists():
+        return {}
+    try:
+        doc = json.loads(config.state_path.read_text())
+    except (OSError, ValueError):
+        return {}
+    same = (
+        doc.get("lake_root") == layout.root
+        and doc.get("sample") == config.sample
+        and doc.get("seed") == config.seed
+    )
+    return dict(doc.get("files", {})) if same else {}
+
+
+def _save_state(config: VerifyConfig, layout: LakeLayout, done: dict[str, dict[str, Any]]) -> None:
+    if config.state_path is None:
+        return
+    config.state_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = config.state_path.with_suffix(".tmp")
+    doc = {"lake_root": layout.root, "sample": config.sample, "seed": config.seed, "files": done}
+    tmp.write_text(json.dumps(doc))
+    os.replace(tmp, config.state_path)
+
+
+def _table_files(layout: LakeLayout, table: str) -> tuple[dict[str, int] | None, Fault | None]:
+    """path -> logged size of the table's current files; None when the lake has no such table."""
+    from deltalake import DeltaTable
+    from pi_format.lake import table_filesystem
+    from pi_format.lake._commit import file_sizes
+    from pyarrow import fs as pafs
+
+    fs, base = table_filesystem(layout.table(table))
+    if fs.get_file_info(f"{base}/_delta_log").type == pafs.FileType.NotFound:
+        return None, None  # a lake older than this table
+    try:
+        return file_sizes(DeltaTable(layout.table(table))), None
+    except Exception as err:  # deltalake's errors: the log itself is damaged
+        return None, Fault(KIND_LOG, table, "_delta_log", f"the Delta log does not load: {err}")
+
+
+def verify_lake(
+    layout: LakeLayout,
+    config: VerifyConfig | None = None,
+    *,
+    progress: bool = False,
+    say: Callable[[str], None] | None = None,
+) -> VerifyReport:
+    """Scrub the lake (see the module docstring); read-only.
+
+    Args:
+        layout: the lake.
+        config: what to check, the state and report files.
+        progress: show a progress bar (bytes, rate, files, damage found) on stderr.
+        say: where progress lines go when there is no bar (None: nowhere).
+
+    Example:
+        >>> report = verify_lake(LakeLayout("/data/lake"), VerifyConfig(sample=0.05))
+        >>> print("\\n".join(report.lines()))
+    """
+    from pi_format.lake import table_filesystem
+    from tqdm import tqdm
+
+    config = config or VerifyConfig()
+    started = time.monotonic()
+    report = VerifyReport(lake_root=layout.root, sample=config.sample)
+    work: list[tuple[str, str, int]] = []
+    for table in config.tables:
+        files, log_fault = _table_files(layout, table)
+        if log_fault is not None:
+            report.faults.append(log_fault)
+        for path, size in sorted((files or {}).items()):
+            if config.selects(table, path):
+                work.append((table, path, size))
+    report.files_selected = len(work)
+    done = _load_state(config, layout)
+    done = {k: v for k, v in done.items() if k in {_state_key(t, p) for t, p, _ in work}}
+    report.files_resumed = len(done)
+    todo = [(t, p, s) for t, p, s in work if _state_key(t, p) not in done]
+    saved = time.monotonic()
+    corrupt = sum(1 for v in done.values() if v["status"] == "corrupt")
+    bar = tqdm(
+        total=sum(s for _, _, s in todo),
+        unit="B",
+        unit_scale=True,
+        desc="verify",
+        disable=not progress,
+        postfix={"files": f"0/{len(todo)}", "corrupt": corrupt},
+    )
+    with bar:
+        for n, (table, path, size) in enumerate(todo, 1):
+            fs, base = table_filesystem(layout.table(table))
+            result = check_file(fs, base, table, path, size)
+            done[_state_key(table, path)] = result.as_dict()
+            report.files_checked += 1
+            report.bytes_checked += result.bytes
+            corrupt += result.status == "corrupt"
+            bar.update(size)
+            bar.set_postfix(files=f"{n}/{len(todo)}", corrupt=corrupt)
+            if time.monotonic() - saved >= _STATE_EVERY_S:
+                _save_state(config, layout, done)
+                saved = time.monotonic()
+                if say is not None and not progress:
+                    mb = report.bytes_checked / 1e6
+                    say(f"verify: {n}/{len(todo)} files, {mb:.1f} MB, {corrupt} corrupt")
+    _save_state(config, layout, done)
+    results = [FileResult.from_dict(done[_state_key(t, p)]) for t, p, _ in work]
+    for r in results:
+        report.status.setdefault(r.table, {}).setdefault(r.status, 0)
+        report.status[r.table][r.status] += 1
+        report.faults += r.faults
+    report.corrupt_episodes = _corrupt_episodes(layout, report.faults, results)
+    report.seconds = time.monotonic() - started
+    if config.report_path is not None:
+        config.report_path.parent.mkdir(parents=True, exist_ok=True)
+        config.report_path.write_text(json.dumps(report.as_dict(), indent=2) + "\n")
+    if config.state_path is not None:  # complete: the next run starts over
+        config.state_path.unlink(missing_ok=True)
+    return report
+
+
+def _markers(layout: LakeLayout, results: list[FileResult]) -> Any:
+    """The episodes rows the lake can still vouch for: every episodes file except damaged ones,
+    read with page CRCs checked (the commit columns and the locator's file names)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from pi_format.lake import table_filesystem
+
+    files, _ = _table_files(layout, "episodes")
+    damaged = {r.file for r in results if r.table == "episodes" and r.status == "corrupt"}
+    fs, base = table_filesystem(layout.episodes)
+    columns = ["episode_id", "attempt_id", "committed_at_ns", "steps_file", "video_file"]
+    parts = []
+    for path in sorted(set(files or {}) - damaged):
+        try:
+            with fs.open_input_file(f"{base}/{path}") as handle:
+                parquet = pq.ParquetFile(handle, page_checksum_verification=True)
+                have = [c for c in columns if c in parquet.schema_arrow.names]
+                rows = parquet.read(columns=have)
+        except Exception:  # damaged in a way the scrub did not select (a sample): skip it
+            continue
+        for name in columns:
+            if name not in rows.column_names:
+                rows = rows.append_column(name, pa.nulls(rows.num_rows, pa.string()))
+        parts.append(rows.select(columns))
+    if not parts:
+        return None
+    return pa.concat_tables(parts, promote_options="permissive")
+
+
+def _corrupt_episodes(
+    layout: LakeLayout, faults: list[Fault], results: list[FileResult]
+) -> list[dict[str, Any]]:
+    """Per damaged (episode_id, attempt_id): its places, whether it is the visible attempt, and
+    the dataset pins that name it. A fault whose row group's ids are damaged too is given the
+    episodes whose locators name its file."""
+    from pi_format.lake import PinStore, latest_commits, read_deleted_ids
+
+    if not faults:
+        return []
+    markers = _markers(layout, results)
+    by_file: dict[tuple[str, str], set[tuple[str, str]]] = {}
+    visible: set[tuple[str, str]] = set()
+    if markers is not None and markers.num_rows:
+        pairs = list(
+            zip(
+                markers.column("episode_id").to_pylist(),
+                markers.column("attempt_id").to_pylist(),
+                strict=True,
+            )
+        )
+        for table in ("steps", "video"):
+            for pair, path in zip(pairs, markers.column(f"{table}_file").to_pylist(), strict=True):
+                if path:
+                    by_file.setdefault((table, str(path)), set()).add((str(pair[0]), str(pair[1])))
+        shown = latest_commits(markers, read_deleted_ids(layout))
+        visible = set(
+            zip(shown.column("episode_id").to_pylist(), shown.column("attempt_id").to_pylist(), strict=True)
+        )
+    pinned: dict[tuple[str, str], list[str]] = {}
+    try:
+        for pin in PinStore(layout).all_pins():
+            for pair in zip(pin.episode_ids, pin.attempt_ids, strict=True):
+                pinned.setdefault(pair, []).append(pin.name)
+    except Exception:  # a damaged pins table is a fault of its own; the episodes are still named
+        pass
+    found: dict[tuple[str, str], dict[str, Any]] = {}
+    for fault in faults:
+        episodes = fault.episodes or sorted(by_file.get((fault.table, fault.file), set()))
+        if not fault.episodes and episodes:
+            fault.episodes = list(episodes)
+        for pair in episodes:
+            entry = found.setdefault(
+                pair,
+                {
+                    "episode_id": pair[0],
+                    "attempt_id": pair[1],
+                    "visible": pair in visible,
+                    "pins": sorted(pinned.get(pair, [])),
+                    "places": [],
+                },
+            )
+            entry["places"].append(
+                {"table": fault.table, "file": fault.file, "kind": fault.kind, "row_group": fault.row_group}
+            )
+    return [found[k] for k in sorted(found)]
