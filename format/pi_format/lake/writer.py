@@ -214,7 +214,12 @@ class LakeWriter:
         return self.commit_episodes([episode_rows]).version
 
     def commit_episodes(
-        self, batch: Sequence[EpisodeRows], *, raw: pa.Table | None = None, supersede: bool = False
+        self,
+        batch: Sequence[EpisodeRows],
+        *,
+        raw: pa.Table | None = None,
+        supersede: bool = False,
+        replacing: Mapping[str, str] | None = None,
     ) -> GroupCommit:
         """Commit a group of episodes: `raw` rows (what arrived, kept even if nothing commits),
         then steps, video, and last the episodes rows, one Delta commit per table. Episodes
