@@ -1,0 +1,93 @@
+"""`pilake import hdf5 | lerobot`: outside datasets into the lake through the fleet's ingest path
+(pi_jobs.importing). By default the command drives the local stack as `pilake demo` does: it
+starts the broker when it is not running (and stops it after), sends the episodes, runs the
+stream job until the topic is idle and waits for the lake's confirmations. With `--no-stream`
+it only sends them and waits for the stream job that is already running (`pilake stream`):
+never run both on one broker's topic.
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Iterator
+from pathlib import Path
+
+from pi_jobs.settings import Settings
+
+
+def _run(settings: Settings, args: argparse.Namespace, episodes: Iterator[object]) -> int:
+    from pi_ingest import UploaderConfig
+
+    from pi_jobs.importing import ImportConfig, run_import
+    from pi_jobs.local.stack import broker_status, ensure_topics, start_broker, stop_broker
+    from pi_jobs.stream.config import stream_config
+
+    started = False
+    if not broker_status(settings).running:
+        if args.no_stream:
+            print("import: the broker is not running: start the stack (`pilake up`, `pilake stream`) first")
+            return 2
+        print(f"import: {start_broker(settings).detail}")
+        started = True
+    try:
+        ensure_topics(settings.bootstrap_servers, settings.kafka.options)
+        config = ImportConfig(
+            uploader=UploaderConfig(
+                bootstrap_servers=settings.bootstrap_servers,
+                # a spool of its own: the import waits for every episode in it
+                spool_dir=settings.home / "spool-import",
+                client_options=settings.kafka.options,
+            ),
+            lake_root=settings.lake_root,
+            stream=None if args.no_stream else stream_config(settings),
+            catalog_path=settings.catalog_path,
+            confirm_timeout_s=args.wait_s,
+            annotation_source=args.source,
+        )
+        report = run_import(episodes, config)  # type: ignore[arg-type]
+    finally:
+        if started:
+            stop_broker(settings)
+    for line in report.lines():
+        print(line)
+    return 0 if not report.pending else 2
+
+
+def _cmd_hdf5(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_jobs.importing import Hdf5Mapping, read_hdf5
+
+    mapping = Hdf5Mapping.from_toml(Path(args.mapping)) if args.mapping else None
+
+    def episodes() -> Iterator[object]:
+        for path in args.files:
+            yield from read_hdf5(
+                Path(path),
+                mapping=mapping,
+                fps=args.fps,
+                robot_type=args.robot_type,
+                task=args.task,
+                robot_id=args.robot_id,
+            )
+
+    return _run(settings, args, episodes())
+
+
+def _common(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--robot-type", default=None, help="robot registry type (default: the layout's)")
+    p.add_argument("--robot-id", default=None, help="robot id of the episodes (default: from the file)")
+    p.add_argument("--no-stream", action="store_true", help="send only; a running `pilake stream` commits")
+    p.add_argument("--wait-s", type=float, default=600.0, help="how long to wait for confirmations")
+    p.add_argument("--source", default="import", help="the source recorded with imported annotations")
+
+
+def add_commands(sub: argparse._SubParsersAction) -> None:
+    """Register this group's commands on the `pilake` parser."""
+    p = sub.add_parser("import", help="import outside datasets (HDF5, LeRobot v3) through the ingest path")
+    isub = p.add_subparsers(dest="import_command", required=True)
+    h = isub.add_parser("hdf5", help="robomimic / ALOHA (ACT) HDF5 files, or any layout with --mapping")
+    h.add_argument("files", nargs="+")
+    h.add_argument("--mapping", default=None, help="TOML describing another layout (pi_jobs.importing.hdf5)")
+    h.add_argument("--fps", type=float, default=None, help="control rate (robomimic: 20, ALOHA: 50)")
+    h.add_argument("--task", default=None, help="task text, also imported as the instruction")
+    _common(h)
+    h.set_defaults(func=_cmd_hdf5)
