@@ -55,11 +55,18 @@ def assemble_raw(episode_id: str, rows: pa.Table) -> Any:
 
 
 def read_raw_rows(
-    source_root: str, episode_id: str, files: Sequence[str], raw_dataset: Any = None
+    source_root: str,
+    episode_id: str,
+    files: Sequence[str],
+    raw_dataset: Any = None,
+    *,
+    verify_pages: bool = True,
 ) -> pa.Table:
     """Every raw row of `episode_id` (all attempts), read from `files` (the raw files holding it,
     `_raw_files.raw_files_of`) with page CRCs checked; without files, filtered from
-    `raw_dataset` (a pyarrow dataset of the whole table).
+    `raw_dataset` (a pyarrow dataset of the whole table). `verify_pages=False` reads a file
+    whose pages do not check (`pilake repair`): each message still proves itself by its wire
+    CRCs when it is decoded (chunk payload CRC, header checks, the manifest's stream checksums).
 
     Raises:
         OSError: a page of those files does not match its CRC (pyarrow's message names it).
@@ -75,7 +82,7 @@ def read_raw_rows(
         return raw_dataset.to_table(columns=RAW_COLUMNS, filter=where)
     filesystem, base = table_filesystem(LakeLayout(source_root).raw)
     checked = pads.ParquetFileFormat(
-        default_fragment_scan_options=pads.ParquetFragmentScanOptions(page_checksum_verification=True)
+        default_fragment_scan_options=pads.ParquetFragmentScanOptions(page_checksum_verification=verify_pages)
     )
     dataset = pads.dataset(
         [f"{base}/{f}" for f in files],

@@ -137,6 +137,8 @@ def check_file(fs: Any, base: str, table: str, path: str, logged_size: int | Non
             for fault in result.faults:
                 if fault.row_group is not None and fault.row_group >= 0 and not fault.episodes:
                     fault.episodes = _episodes_of_group(parquet, fault.row_group)
+                    if table == "raw" and fault.kind == KIND_PAGE:
+                        _narrow_by_wire(handle, fault)
     if result.faults:
         result.status = "corrupt"
     elif result.pages_without_crc or result.chunks_without_crc:
@@ -228,3 +230,35 @@ def _episodes_of_group(parquet: Any, group: int) -> list[tuple[str, str]]:
         if e is not None
     }
     return sorted(pairs)
+
+
+def _narrow_by_wire(handle: Any, fault: Fault) -> None:
+    """A damaged raw page: read its row group without the page check and decode each message;
+    the episodes whose messages fail their wire CRC are the damaged ones (a message that decodes
+    proves its bytes by its own CRC). When none fails (the damage is in another column), every
+    episode of the row group stays named."""
+    import pyarrow.parquet as pq
+    from pi_format import ProtocolError
+    from pi_format.wire import decode_chunk
+
+    try:
+        rows = pq.ParquetFile(handle).read_row_group(
+            int(fault.row_group or 0), columns=["episode_id", "attempt_id", "chunk_index", "message"]
+        )
+    except Exception:  # does not even decode: the row group's episodes stay named
+        return
+    failing: set[tuple[str, str]] = set()
+    messages = rows.column("message")
+    for i, index in enumerate(rows.column("chunk_index").to_pylist()):
+        if index is None:
+            continue
+        try:
+            decode_chunk(messages[i].as_py())
+        except ProtocolError:
+            episode, attempt = rows.column("episode_id")[i].as_py(), rows.column("attempt_id")[i].as_py()
+            failing.add((str(episode), str(attempt)))
+    if failing:
+        fault.detail += f"; messages of {len(failing)} episode(s) fail their wire CRC"
+        fault.episodes = sorted(failing)
+    else:
+        fault.detail += "; every message of the row group still checks by its wire CRC"

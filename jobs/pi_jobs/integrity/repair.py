@@ -236,9 +236,9 @@ def repair_lake(
         damaged_tables = {p["table"] for p in entry["places"]}
         summary = {"episode_id": episode_id, "damaged_attempt": attempt_id, "pins": list(entry["pins"])}
         if not damaged_tables & set(_TRAINING_TABLES):
-            out.raw_only.append(summary)
-            handled.add((episode_id, attempt_id))
+            out.raw_only.append(summary)  # its training rows are intact: nothing to rebuild
             continue
+        handled.add((episode_id, attempt_id))  # its training rows leave the damaged files
         visible = writer.committed_attempt(episode_id) if writer is not None else attempt_id
         if visible != attempt_id:
             if not entry["visible"] and visible is not None:
@@ -254,16 +254,20 @@ def repair_lake(
         raw: pa.Table | None = None
         why = ""
         rebuilt = None
-        if episode_id in raw_damaged:
-            why = "its raw rows are damaged too (`pilake verify` found them)"
-        else:
+        files = raw_files.get(episode_id, ())
+        raw_note = ""
+        try:
             try:
-                raw = read_raw_rows(layout.root, episode_id, raw_files.get(episode_id, ()))
-                rebuilt = rebuild_episode(
-                    episode_id, attempt_id, raw, featurize_config=featurize_config, featurizer_tag=tag
-                )
-            except Exception as err:  # damaged raw pages, wire CRCs, missing chunks
-                why = f"raw cannot rebuild it: {type(err).__name__}: {err}"
+                raw = read_raw_rows(layout.root, episode_id, files)
+            except Exception as err:  # a raw page does not check (pyarrow's OSError): the messages may
+                raw = read_raw_rows(layout.root, episode_id, files, verify_pages=False)
+                raw_note = f" (raw page damaged: {err}; rebuilt from the messages whose wire CRCs check)"
+            rebuilt = rebuild_episode(
+                episode_id, attempt_id, raw, featurize_config=featurize_config, featurizer_tag=tag
+            )
+        except Exception as err:  # wire CRCs, missing chunks, unreadable raw
+            damaged_raw = " (its raw rows are damaged too)" if episode_id in raw_damaged else ""
+            why = f"raw cannot rebuild it{damaged_raw}: {type(err).__name__}: {err}"
         if config.dry_run:
             (out.repaired if rebuilt is not None else out.kept_aside).append(
                 {**summary, "new_attempt": None, "featurizer": tag, "why": why}
@@ -276,7 +280,8 @@ def repair_lake(
                 new_attempt = rebuilt.attempt_id
                 out.repaired.append({**summary, "new_attempt": new_attempt, "featurizer": tag})
                 details = (
-                    f"damaged: {_places(entry)}; repaired: re-featurized from raw as attempt {new_attempt}"
+                    f"damaged: {_places(entry)}; repaired: re-featurized from raw as attempt "
+                    f"{new_attempt}{raw_note}"
                 )
                 _record(writer, episode_id, attempt_id, details, raw)
                 if config.catalog_path:
