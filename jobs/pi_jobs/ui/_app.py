@@ -262,8 +262,9 @@ def create_app(config: UiConfig, catalog: Any = None) -> Any:
     routes = [
         Route("/", pages.overview),
         Route("/query", pages.query),
-        Route("/episode/{episode_id}", pages.episode),
-        Route("/episode/{episode_id}/video/{camera}", pages.video),
+        # ids are names (SPEC 1.1) but the catalog may hold any text: match a `/` in one too
+        Route("/episode/{episode_id:path}/video/{camera}", pages.video),
+        Route("/episode/{episode_id:path}", pages.episode),
         Route("/quarantine", pages.quarantine),
         Route("/pins", pages.pins),
         Route("/static/{path:path}", pages.static),

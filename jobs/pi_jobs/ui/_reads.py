@@ -153,7 +153,7 @@ def _series(steps: pa.Table, column: str) -> tuple[tuple[float, ...], ...]:
     values = steps.column(column).to_pylist()
     if not values:
         return ()
-    return tuple(tuple(round(float(v[d]), 6) for v in values) for d in range(len(values[0])))
+    return tuple(tuple(float(v[d]) for v in values) for d in range(len(values[0])))
 
 
 def read_episode(layout: LakeLayout, episode_id: str) -> Episode:
