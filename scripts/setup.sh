@@ -29,6 +29,18 @@ if ! command -v chromium >/dev/null 2>&1 || ! command -v chromedriver >/dev/null
     || echo "setup: could not install chromium (apt-get install chromium chromium-driver); the UI browser tests will fail"
 fi
 
+# Debian's Prometheus 2.42 (prometheus + promtool) for tests/deploy/test_prometheus.py: unpacked
+# into .pilake/tools/prometheus with dpkg -x, not installed (no service, no root-owned files).
+if [ ! -x .pilake/tools/prometheus/usr/bin/promtool ]; then
+  prom_deb=$(mktemp -d)
+  ( cd "$prom_deb" && { apt-get download prometheus >/dev/null 2>&1 \
+      || { SUDO=""; [ "$(id -u)" = "0" ] || SUDO="sudo"; $SUDO apt-get update -qq >/dev/null 2>&1; \
+           apt-get download prometheus >/dev/null 2>&1; }; } ) \
+    && mkdir -p .pilake/tools/prometheus && dpkg -x "$prom_deb"/prometheus_*.deb .pilake/tools/prometheus \
+    || echo "setup: could not unpack Debian's prometheus (apt-get download prometheus); the Prometheus tests will fail"
+  rm -rf "$prom_deb"
+fi
+
 start=$(date +%s)
 [ -x .venv/bin/python ] || "$PYTHON" -m venv .venv
 .venv/bin/python -m pip install --quiet --upgrade pip

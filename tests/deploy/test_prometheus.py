@@ -1,0 +1,217 @@
+"""Prometheus for real: Debian's Prometheus 2.42 scrapes the uploader, the stream job and a loader
+while they work (real broker, the PyFlink job, the lake it writes) and its HTTP API answers with
+what each did; the alert rules in deploy/prometheus/ pass `promtool check rules` and their unit
+tests (`promtool test rules`), every alert has a case where it fires, and every series they name is
+one the code registers (or Flink's reporter's); the compose scrape configuration passes `promtool
+check config` and names ports the compose services serve."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import time
+import uuid
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+import yaml
+
+from tests.conftest import _free_port
+from tests.fixtures.metrics_scrape import scrape
+from tests.fixtures.prometheus import Prometheus, running_prometheus, tools
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
+ALERTS = PROMETHEUS_DIR / "alerts.yaml"
+ALERTS_TEST = PROMETHEUS_DIR / "alerts_test.yaml"
+COMPOSE = ROOT / "deploy" / "compose" / "compose.yaml"
+
+
+def _promtool(*args: str) -> str:
+    out = subprocess.run(
+        [str(tools().promtool), *args], capture_output=True, text=True, timeout=120, cwd=PROMETHEUS_DIR
+    )
+    assert out.returncode == 0, f"promtool {' '.join(args)}:\n{out.stdout}\n{out.stderr}"
+    return out.stdout + out.stderr
+
+
+def _alerts() -> list[dict[str, Any]]:
+    doc = yaml.safe_load(ALERTS.read_text())
+    return [rule for group in doc["groups"] for rule in group["rules"]]
+
+
+def test_alert_rules_pass_promtool_check_and_their_unit_tests() -> None:
+    assert "SUCCESS: 8 rules found" in _promtool("check", "rules", str(ALERTS))
+    assert "SUCCESS" in _promtool("test", "rules", str(ALERTS_TEST))
+
+
+def test_every_alert_fires_in_a_unit_test_and_names_registered_series() -> None:
+    from pi_ingest._metrics import METRIC_NAMES as INGEST
+    from pi_jobs.stream._metrics import METRIC_NAMES as STREAM
+    from pi_loader.delivery._metrics import METRIC_NAMES as LOADER
+
+    cases = yaml.safe_load(ALERTS_TEST.read_text())["tests"]
+    firing = {t["alertname"] for case in cases for t in case["alert_rule_test"] if t["exp_alerts"]}
+    quiet = {t["alertname"] for case in cases for t in case["alert_rule_test"] if not t["exp_alerts"]}
+    names = {rule["alert"] for rule in _alerts()}
+    assert names == firing, f"alerts without a case where they fire: {names - firing}"
+    assert names == quiet, f"alerts without a case where they stay quiet: {names - quiet}"
+    registered = set(INGEST) | set(STREAM) | set(LOADER)
+    for rule in _alerts():
+        for series in re.findall(r"\b(pilake_[a-z0-9_]+|flink_[A-Za-z0-9_]+)", rule["expr"]):
+            base = re.sub(r"_(bucket|sum|count)$", "", series) if "_seconds_" in series else series
+            assert base in registered or base.startswith("flink_"), (
+                f"{rule['alert']}: {series} is not registered"
+            )
+        for key in ("summary", "description"):
+            assert rule["annotations"][key], (rule["alert"], key)
+
+
+def test_the_compose_scrape_config_passes_promtool_and_names_served_ports() -> None:
+    assert "SUCCESS" in _promtool("check", "config", str(PROMETHEUS_DIR / "prometheus.yml"))
+    config = yaml.safe_load((PROMETHEUS_DIR / "prometheus.yml").read_text())
+    targets = {t for job in config["scrape_configs"] for s in job["static_configs"] for t in s["targets"]}
+    services = yaml.safe_load(COMPOSE.read_text())["services"]
+    flink_port = {
+        name: re.search(
+            r"metrics.reporter.prom.port: (\d+)", services[name]["environment"]["FLINK_PROPERTIES"]
+        )
+        for name in ("jobmanager", "taskmanager")
+    }
+    for name, match in flink_port.items():
+        assert match, f"compose {name} has no Prometheus reporter"
+        assert f"{name}:{match.group(1)}" in targets
+    from pi_jobs.settings import Settings
+
+    slots = int(
+        re.search(
+            r"taskmanager.numberOfTaskSlots: (\d+)",
+            services["taskmanager"]["environment"]["FLINK_PROPERTIES"],
+        ).group(1)  # type: ignore[union-attr]
+    )
+    first = Settings(home=Path("/unused")).stream_metrics_port
+    assert {f"taskmanager:{first + i}" for i in range(slots)} <= targets
+    xml = (PROMETHEUS_DIR / "clickhouse.xml").read_text()
+    port = re.search(r"<port>(\d+)</port>", xml)
+    assert port and f"clickhouse:{port.group(1)}" in targets
+    mounts = services["clickhouse"]["volumes"]
+    assert any(m.startswith("../prometheus/clickhouse.xml:/etc/clickhouse-server/config.d/") for m in mounts)
+    # the Kubernetes ConfigMap serves ClickHouse the same file
+    k8s = [d for d in yaml.safe_load_all((ROOT / "deploy" / "k8s" / "clickhouse.yaml").read_text()) if d]
+    config_map = next(
+        d for d in k8s if d["kind"] == "ConfigMap" and d["metadata"]["name"] == "clickhouse-config"
+    )
+    assert config_map["data"]["prometheus.xml"] == xml
+    prometheus = services["prometheus"]
+    assert any(v.startswith("../prometheus:/etc/prometheus") for v in prometheus["volumes"])
+    assert tools_version_tag() in prometheus["image"]
+
+
+def tools_version_tag() -> str:
+    """The image tag of the Prometheus version the tests run (Debian's 2.42)."""
+    return "v2.42."
+
+
+def _wait_for(what: str, check: Callable[[], bool], timeout_s: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout_s
+    while not check():
+        assert time.monotonic() < deadline, f"Prometheus never showed {what}"
+        time.sleep(0.5)
+
+
+@pytest.mark.integration
+def test_prometheus_scrapes_the_uploader_the_stream_job_and_a_loader(
+    broker: str, stack_settings: Any, tmp_path: Path
+) -> None:
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from pi_ingest import _metrics as uploader_metrics
+    from pi_ingest.uploader import Uploader, UploaderConfig
+    from pi_jobs.stream import run_stream_job
+    from pi_loader import Dataset, Loader, SampleSpec, ShardSpec
+    from pi_loader.delivery import _metrics as loader_metrics
+
+    from tests.fixtures.stream_jobs import small_stream_job
+    from tests.jobs.test_stream_job import _episode
+
+    run = uuid.uuid4().hex[:8]
+    raw_topic, ack_topic = f"prom-raw-{run}", f"prom-ack-{run}"
+    admin = AdminClient({"bootstrap.servers": broker})
+    for future in admin.create_topics([NewTopic(raw_topic, 1, 1), NewTopic(ack_topic, 1, 1)]).values():
+        future.result(timeout=10)
+    # one endpoint per process for the uploader and the loader: an earlier test may have one up
+    uploader_port = uploader_metrics.served_port() or _free_port()
+    loader_port = loader_metrics.served_port() or _free_port()
+    stream_first = _free_port()
+    stream_ports = (stream_first, stream_first + 3)  # each worker takes the first free port
+    jobs = [
+        {"job_name": "uploader", "static_configs": [{"targets": [f"127.0.0.1:{uploader_port}"]}]},
+        {"job_name": "stream", "static_configs": [{"targets": [
+            f"127.0.0.1:{p}" for p in range(stream_ports[0], stream_ports[1] + 1)]}]},
+        {"job_name": "loader", "static_configs": [{"targets": [f"127.0.0.1:{loader_port}"]}]},
+    ]  # fmt: skip
+    episodes = [_episode(i) for i in range(2)]
+    with running_prometheus(tmp_path / "prometheus", jobs, rule_files=[ALERTS]) as prom:
+        # the real rule file loads into the real server
+        rules = {r["name"] for g in prom.get("/api/v1/rules")["groups"] for r in g["rules"]}
+        assert rules == {rule["alert"] for rule in _alerts()}
+
+        config = UploaderConfig(
+            broker, tmp_path / "spool", raw_topic=raw_topic, ack_topic=ack_topic, metrics_port=uploader_port
+        )
+        with Uploader(config) as uploader:
+            before = scrape(uploader_port)
+            for episode in episodes:
+                uploader.submit(episode)
+            uploader.send_pending()
+            job = small_stream_job(
+                broker=broker,
+                root=tmp_path,
+                jar_dir=stack_settings.jar_dir,
+                raw_topic=raw_topic,
+                ack_topic=ack_topic,
+                group_id=f"prom-{run}",
+                metrics_ports=stream_ports,
+            )
+            # idle 8 s after the last commit: the worker's endpoint is scraped (every 1 s) meanwhile
+            report = run_stream_job(job, until_idle=True, idle_timeout_s=8.0, max_runtime_s=300)
+            uploader.run_until_confirmed(timeout_s=60.0)
+            uploaded = scrape(uploader_port)
+        assert report.episodes_committed == 2
+
+        dataset = Dataset(job.lake_root, spec=SampleSpec(action_horizon=4), seed=1)
+        with Loader(
+            dataset, batch_size=8, num_workers=1, shard=ShardSpec(0, 1), metrics_port=loader_port
+        ) as loader:
+            assert loader_metrics.served_port() == loader_port
+            loader_before = scrape(loader_port)
+            samples = sum(len(batch["step"]) for batch in loader)
+            loaded = scrape(loader_port)
+        assert samples == len(dataset) == sum(e.step_count for e in episodes)
+
+        def stream_committed(p: Prometheus = prom) -> bool:
+            return p.value("sum(max_over_time(pilake_stream_episodes_committed_total[10m]))") == 2
+
+        def uploader_seen(p: Prometheus = prom) -> bool:
+            got = p.value('sum(pilake_uploader_episodes_acked_total{job="uploader",status="committed"})')
+            return got == uploaded[("pilake_uploader_episodes_acked_total", (("status", "committed"),))]
+
+        def loader_seen(p: Prometheus = prom) -> bool:
+            return (
+                p.value('pilake_loader_samples_total{job="loader"}')
+                == loaded[("pilake_loader_samples_total", ())]
+            )
+
+        # the stream job's figure was scraped while it ran (its worker is gone now)
+        _wait_for("the stream job's committed episodes", stream_committed, timeout_s=10)
+        _wait_for("the uploader's acknowledgements", uploader_seen)
+        _wait_for("the loader's samples", loader_seen)
+        # and the figures are what each did (the counters are per process: take this test's share)
+        acked = ("pilake_uploader_episodes_acked_total", (("status", "committed"),))
+        assert uploaded[acked] - before.get(acked, 0.0) == 2
+        samples_key = ("pilake_loader_samples_total", ())
+        assert loaded[samples_key] - loader_before.get(samples_key, 0.0) == samples
+        assert (prom.value('count(max_over_time(up{job="stream"}[10m]) == 1)') or 0) >= 1
+        in_total = prom.value("sum(max_over_time(pilake_stream_episodes_in_total[10m]))")
+        assert in_total == 2
