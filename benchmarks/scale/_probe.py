@@ -8,7 +8,7 @@ reads the RSS high-water mark (VmHWM) of this process and of each worker, and wh
 says it read. With `--catalog` it also times opening the same episodes selected with SQL. Prints
 one JSON line prefixed with `_timing.RESULT_PREFIX` (benchmarks/loader/_timing.py).
 
-The loader keeps per-host indexes of the steps and video files (pi_loader._steps_index,
+The loader keeps per-host indexes of the steps and video files (pi_loader.reading._steps_index,
 _chunk_index) under TMPDIR for a local lake: run.py runs this probe twice on one fresh TMPDIR,
 "cold host" (the indexes are built during the probe: `steps_index_builds`, `chunk_index_builds`)
 and then "warm host" (a fresh process, cold per-process caches, the host's indexes in place).

@@ -13,10 +13,6 @@ Example:
 
 from pi_format.stats import MissingSketchError, NormStats
 
-from pi_loader._agreement import HostsDisagreeError, agree, broadcast_snapshot
-from pi_loader._cache import CacheConfig, StorageError
-from pi_loader._contact_sheet import contact_sheet
-from pi_loader._dataset import Dataset
 from pi_loader._errors import (
     HorizonTooLongError,
     LoaderStateError,
@@ -27,18 +23,24 @@ from pi_loader._errors import (
     UnknownCameraError,
     WorkerError,
 )
-from pi_loader._gather import collate
-from pi_loader._lake import Stats
-from pi_loader._loader import Loader, LoaderStats
-from pi_loader._order import ShardSpec, block_order, sample_order, shard_order
-from pi_loader._snapshot import Snapshot
-from pi_loader._spec import SampleSpec
+from pi_loader.delivery._in_flight import default_num_workers
+from pi_loader.delivery._loader import IdleWorkersWarning, Loader, LoaderStats
+from pi_loader.order._order import ShardSpec, block_order, sample_order, shard_order
+from pi_loader.reading._cache import CacheConfig, StorageError
+from pi_loader.reading._lake import Stats
+from pi_loader.samples._contact_sheet import contact_sheet
+from pi_loader.samples._dataset import Dataset
+from pi_loader.samples._gather import collate
+from pi_loader.samples._spec import SampleSpec
+from pi_loader.selection._agreement import HostsDisagreeError, agree, broadcast_snapshot
+from pi_loader.selection._snapshot import Snapshot
 
 __all__ = [
     "CacheConfig",
     "Dataset",
     "HorizonTooLongError",
     "HostsDisagreeError",
+    "IdleWorkersWarning",
     "Loader",
     "LoaderStateError",
     "LoaderStats",
@@ -60,6 +62,7 @@ __all__ = [
     "broadcast_snapshot",
     "collate",
     "contact_sheet",
+    "default_num_workers",
     "sample_order",
     "shard_order",
 ]

@@ -18,12 +18,13 @@ step compete as they do on a real policy).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
 import numpy as np
+from pi_loader.adapters import DeviceFeed
 
 from pi_train._config import ProcessGroup, TrainConfig
 from pi_train._normalize import Normalization
@@ -71,8 +72,11 @@ class Backend(Protocol):
     def build(self, shape: PolicyShape, norm: Normalization) -> None:
         """Initialise the policy and optimizer from the config's seed (the same on every rank)."""
 
-    def to_device(self, batch: Mapping[str, np.ndarray]) -> Any:
-        """The step's inputs on the device, copied and synchronized."""
+    def device_feed(
+        self, batches: Iterator[dict[str, np.ndarray]], state: Callable[[], dict[str, Any]]
+    ) -> DeviceFeed:
+        """The step's inputs on the device, each batch copied while the previous step runs
+        (`pi_loader.adapters`' feeds: `FedBatch.copy_wait_s` is the copy compute did not hide)."""
 
     def step(self, inputs: Any) -> float:
         """One optimizer step; the global mean loss."""

@@ -13,6 +13,8 @@ from dataclasses import asdict, dataclass, fields
 from pathlib import Path
 from typing import Any, Literal
 
+from pi_loader import default_num_workers
+
 Framework = Literal["jax", "torch"]
 FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
 LOSSES: tuple[str, ...] = ("l2", "l1")
@@ -44,8 +46,11 @@ class TrainConfig:
         checkpoint_every: write a checkpoint every this many steps (0: only at the end).
         resume: continue from the latest checkpoint (the run's pinned snapshot is reused).
         batch_size: samples per process per step (the global batch is this x processes).
-        workers: pi_loader worker processes per training process (0: read in the training loop).
-        prefetch_batches: batches the loader keeps in flight.
+        workers: pi_loader worker processes per training process (0: read in the training
+            loop); None: the host's cores less two, shared between this host's processes
+            (`pi_loader.default_num_workers`).
+        prefetch_batches: batches the loader keeps in flight; None: sized from the workers
+            within the loader's memory budget (see `pi_loader.Loader`).
         seed: seed of the model's initialisation and of pi_loader's order.
         learning_rate: Adam's learning rate.
         loss: "l2" or "l1", on normalized actions, padded steps masked out.
@@ -82,9 +87,10 @@ class TrainConfig:
     resume: bool = False
     # 32 is the loader benchmark's batch and a usual policy batch per device.
     batch_size: int = 32
-    # 2 workers: one per core on the small machines this runs on; more on a real host.
-    workers: int = 2
-    prefetch_batches: int = 4
+    # None: follow the host's cores (1 on a 2-core machine, 14 on a 16-core GPU host).
+    workers: int | None = None
+    # None: in flight follows the workers (a fixed 4 kept 4 of 14 workers busy: issue 23).
+    prefetch_batches: int | None = None
     seed: int = 0
     learning_rate: float = 3e-4
     loss: str = "l2"
@@ -107,10 +113,12 @@ class TrainConfig:
             raise ValueError(f"framework must be one of {FRAMEWORKS}, got {self.framework!r}")
         _positive_int("steps", self.steps)
         _positive_int("batch_size", self.batch_size)
-        _positive_int("prefetch_batches", self.prefetch_batches)
+        if self.prefetch_batches is not None:
+            _positive_int("prefetch_batches", self.prefetch_batches)
         _positive_int("action_horizon", self.action_horizon)
         _positive_int("log_every", self.log_every)
-        _positive_int("workers", self.workers, 0)
+        if self.workers is not None:
+            _positive_int("workers", self.workers, 0)
         _positive_int("checkpoint_every", self.checkpoint_every, 0)
         _positive_int("seed", self.seed, 0)
         if self.threads is not None:
@@ -187,7 +195,20 @@ def compute_threads(config: TrainConfig, local_processes: int = 1) -> int:
     if config.threads is not None:
         return config.threads
     cores = os.cpu_count() or 1
-    return max(1, cores // max(local_processes, 1) - config.workers)
+    return max(1, cores // max(local_processes, 1) - loader_workers(config, local_processes))
+
+
+def loader_workers(config: TrainConfig, local_processes: int = 1) -> int:
+    """pi_loader workers per training process: `config.workers`, or the host's share
+    (`pi_loader.default_num_workers` split between this host's processes, at least 1).
+
+    Example:
+        >>> loader_workers(TrainConfig(lake="lake"), local_processes=1)  # 16 cores
+        14
+    """
+    if config.workers is not None:
+        return config.workers
+    return max(1, default_num_workers() // max(local_processes, 1))
 
 
 @dataclass(frozen=True, slots=True)

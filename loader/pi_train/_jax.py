@@ -15,7 +15,7 @@ previous step as the latest one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, cast
 
@@ -28,6 +28,7 @@ import orbax.checkpoint as ocp
 from jax.experimental import multihost_utils
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
+from pi_loader.adapters import DeviceFeed, JaxFeed
 
 from pi_train._backend import (
     CAMERA_FEATURES,
@@ -168,12 +169,13 @@ class JaxBackend:
 
         self._step = jax.jit(train_step, out_shardings=(self._replicated, self._replicated))
 
-    def to_device(self, batch: Mapping[str, np.ndarray]) -> dict[str, jax.Array]:
+    def device_feed(
+        self, batches: Iterator[dict[str, np.ndarray]], state: Callable[[], dict[str, Any]]
+    ) -> DeviceFeed:
+        # Dispatched ahead on the feed's thread (device_put is asynchronous); the loop blocks
+        # only for what is not yet on the device (copy_wait_s).
         keys = (*self._image_keys, "observation.state", "action", "action_is_pad")
-        # Not pi_loader.adapters.jax_batches: it copies inside the iterator, which would fold the
-        # transfer into the data wait this loop measures apart.
-        out = {k: jax.make_array_from_process_local_data(self._rows, np.asarray(batch[k])) for k in keys}
-        return jax.block_until_ready(out)
+        return JaxFeed(batches, sharding=self._rows, keys=keys, state=state)
 
     def step(self, inputs: dict[str, jax.Array]) -> float:
         self._state, loss = self._step(self._state, inputs)

@@ -25,7 +25,7 @@ import numpy as np
 from pi_loader import Dataset, Loader, SampleSpec, ShardSpec, Snapshot, agree
 
 from pi_train._backend import Backend, PolicyShape, make_backend
-from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig
+from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig, loader_workers
 from pi_train._errors import CheckpointError, PiTrainError
 from pi_train._files import JsonlLog, atomic_write
 from pi_train._normalize import Normalization, normalization_stats
@@ -145,7 +145,9 @@ def _resume(backend: Backend, config: TrainConfig, group: ProcessGroup, loader: 
     return int(extra["step"])
 
 
-def _save(backend: Backend, config: TrainConfig, group: ProcessGroup, loader: Loader, step: int) -> None:
+def _save(
+    backend: Backend, config: TrainConfig, group: ProcessGroup, loader_state: dict[str, Any], step: int
+) -> None:
     extra = {
         "format": CHECKPOINT_EXTRA_FORMAT,
         "step": step,
@@ -153,7 +155,7 @@ def _save(backend: Backend, config: TrainConfig, group: ProcessGroup, loader: Lo
         "world_size": group.world_size,
         # every rank's loader state (they differ in shard_index), gathered into one checkpoint so
         # the model, the optimizer and the data position are always of the same step
-        "loader": backend.all_gather_json(loader.get_state()),
+        "loader": backend.all_gather_json(loader_state),
     }
     backend.save(config.checkpoints, step, extra)
 
@@ -211,7 +213,7 @@ def _run(
         ds,
         batch_size=config.batch_size,
         shard=ShardSpec(index=group.rank, count=group.world_size),
-        num_workers=config.workers,
+        num_workers=loader_workers(config, group.local_world_size),
         prefetch_batches=config.prefetch_batches,
         drop_last=True,  # one batch shape: no recompilation for a short last batch
     )
@@ -230,18 +232,22 @@ def _run(
     losses: list[float] = []
     step = start
     batches = _endless(loader, config.batch_size)
+    # Batches are copied to the device ahead of the step that needs them, on another thread;
+    # each carries the loader's state right after it, which is what a checkpoint must save.
+    feed = backend.device_feed(batches, state=loader.get_state)
     try:
         while step < config.steps:
             t0 = time.perf_counter()
-            batch = next(batches)
-            t1 = time.perf_counter()
-            inputs = backend.to_device(batch)
+            fed = next(feed)
             t2 = time.perf_counter()
-            loss = backend.step(inputs)
+            batch, position = fed.host, fed.state
+            if position is None:  # the feed was given the loader's get_state: never None
+                raise PiTrainError("the device feed lost the loader's position")
+            loss = backend.step(fed.inputs)
             t3 = time.perf_counter()
             step += 1
             losses.append(loss)
-            record: dict[str, Any] = {"step": step, "loss": loss, "epoch": loader.get_state()["epoch"]}
+            record: dict[str, Any] = {"step": step, "loss": loss, "epoch": position["epoch"]}
             if config.log_batches:
                 record["batch"] = batch_digest(batch)
                 ids = zip(batch["episode_id"], batch["step"], strict=True)
@@ -249,10 +255,16 @@ def _run(
             steps_log.write(record)
             t4 = time.perf_counter()
             if step == config.steps or (config.checkpoint_every and step % config.checkpoint_every == 0):
-                _save(backend, config, group, loader, step)
+                _save(backend, config, group, position, step)
             t5 = time.perf_counter()
             timer.add(
-                StepTimes(data_wait=t1 - t0, h2d=t2 - t1, compute=t3 - t2, checkpoint=t5 - t4, total=t5 - t0)
+                StepTimes(
+                    data_wait=fed.data_wait_s,
+                    h2d=fed.copy_wait_s,
+                    compute=t3 - t2,
+                    checkpoint=t5 - t4,
+                    total=t5 - t0,
+                )
             )
             if step % config.log_every == 0 or step == config.steps:
                 window = timer.window(step)
@@ -269,7 +281,7 @@ def _run(
         summary.update(
             framework=config.framework,
             batch_size=config.batch_size,
-            workers=config.workers,
+            workers=loader_workers(config, group.local_world_size),
             start_step=start,
             final_loss=losses[-1] if losses else None,
             **backend.describe(),
@@ -286,6 +298,7 @@ def _run(
                 title = f"{config.framework}: {summary['verdict']}"
                 plot_timing(list(timing_log), out / "timing.png", title=title)
     finally:
+        feed.close()
         steps_log.close()
         if timing_log is not None:
             timing_log.close()

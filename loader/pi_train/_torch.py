@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Mapping
+from collections.abc import Callable, Iterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 import torch
 import torch.distributed as dist
+from pi_loader.adapters import DeviceFeed, TorchFeed
 from torch import nn
 
 from pi_train._backend import (
@@ -176,15 +177,12 @@ class TorchBackend:
             raise RuntimeError("build() the backend first")
         return self._policy, self._model, self._optimizer
 
-    def to_device(self, batch: Mapping[str, np.ndarray]) -> dict[str, torch.Tensor]:
+    def device_feed(
+        self, batches: Iterator[dict[str, np.ndarray]], state: Callable[[], dict[str, Any]]
+    ) -> DeviceFeed:
+        # uint8 frames cross the bus; the encoder converts and scales them on the device.
         keys = (*self._image_keys, "observation.state", "action", "action_is_pad")
-        out = {k: torch.from_numpy(np.ascontiguousarray(batch[k])) for k in keys}
-        if self._device.type == "cuda":
-            # Page-locked staging makes the copy a DMA the GPU can overlap; synchronize so the
-            # transfer is timed here and not in the step.
-            out = {k: v.pin_memory().to(self._device, non_blocking=True) for k, v in out.items()}
-            torch.cuda.synchronize(self._device)
-        return out
+        return TorchFeed(batches, device=self._device, keys=keys, state=state)
 
     def step(self, inputs: dict[str, torch.Tensor]) -> float:
         policy, model, optimizer = self._parts()
@@ -199,7 +197,9 @@ class TorchBackend:
             dist.all_reduce(value, op=dist.ReduceOp.SUM)
             value = value / self._group.world_size
         if self._device.type == "cuda":
-            torch.cuda.synchronize(self._device)
+            # This stream only: the next batch's copy runs on the feed's stream meanwhile, and
+            # waiting for it here would count the hidden copy as compute.
+            torch.cuda.current_stream(self._device).synchronize()
         return float(value.item())
 
     def param_digest(self) -> str:

@@ -361,7 +361,7 @@ def test_a_host_copy_of_the_episodes_rows_follows_gc_and_compaction(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # >= 64 episodes files: opens read the host's memory-mapped copy of the episodes rows
-    # (pi_loader._episodes_rows), which must drop the rows of files GC removed
+    # (pi_loader.reading._episodes_rows), which must drop the rows of files GC removed
     lake = write_lake(tmp_path / "lake", episodes=66, steps=4, cameras=("front",), size=(16, 16), group=1)
     spec = SampleSpec(cameras=("front",), action_horizon=2)
     segments = tmp_path / "host-indexes"  # this test's own host index directory

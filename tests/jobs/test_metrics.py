@@ -28,7 +28,7 @@ def _registered_names() -> set[str]:
     """Every series name the three metric modules export, as collected from their registries."""
     from pi_ingest import _metrics as ingest_metrics
     from pi_jobs.stream import _metrics as stream_metrics
-    from pi_loader import _metrics as loader_metrics
+    from pi_loader.delivery import _metrics as loader_metrics
 
     # registered by a running worker only; describe() names its families without a broker
     lag = stream_metrics.LagCollector(
@@ -49,7 +49,7 @@ def _registered_names() -> set[str]:
 def test_dashboard_queries_use_exactly_the_registered_names() -> None:
     from pi_ingest._metrics import METRIC_NAMES as INGEST
     from pi_jobs.stream._metrics import METRIC_NAMES as STREAM
-    from pi_loader._metrics import METRIC_NAMES as LOADER
+    from pi_loader.delivery._metrics import METRIC_NAMES as LOADER
 
     registered = _registered_names()
     declared = set(INGEST) | set(STREAM) | set(LOADER)
@@ -164,7 +164,7 @@ def test_status_says_when_nothing_serves(tmp_path: Path) -> None:
 def test_status_shows_a_live_endpoint(tmp_path: Path) -> None:
     from pi_jobs.ops.metrics_view import metrics_lines
     from pi_jobs.settings import Settings
-    from pi_loader import _metrics
+    from pi_loader.delivery import _metrics
     from prometheus_client import start_http_server
 
     port = _free_port()

@@ -40,7 +40,7 @@ def loader_lake_small_groups(tmp_path_factory: pytest.TempPathFactory) -> FakeLa
 def _own_chunk_index_directory(
     tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """Each test gets its own host-wide chunk index directory (pi_loader._chunk_index: under the
+    """Each test gets its own host-wide chunk index directory (pi_loader.reading._chunk_index: under the
     temp directory for a local lake), so what a test counts does not depend on which tests ran
     before it on the same session lake."""
     import tempfile

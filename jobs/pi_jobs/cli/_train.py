@@ -87,7 +87,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--framework", choices=("torch", "jax"), default="torch")
     p.add_argument("--steps", type=int, default=100, help="optimizer steps to reach")
     p.add_argument("--batch-size", type=int, default=32, help="samples per process per step")
-    p.add_argument("--workers", type=int, default=2, help="pi_loader worker processes per process")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=None,
+        help="pi_loader worker processes per process (default: the host's cores less two)",
+    )
     p.add_argument("--nproc", type=int, default=1, help="data-parallel processes on this host")
     p.add_argument(
         "--out", default=None, help="logs, timing.png, summary.json (default .pilake/runs/train-FRAMEWORK)"

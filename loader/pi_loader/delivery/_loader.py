@@ -11,21 +11,38 @@ chunk LRUs bounds memory. The state (`get_state`) counts only the batches handed
 from __future__ import annotations
 
 import contextlib
+import hashlib
+import json
 import multiprocessing
 import os
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
-from pi_loader._dataset import Dataset
 from pi_loader._errors import LoaderStateError
-from pi_loader._order import ShardSpec, block_order, check_seed, sample_order, shard_order
-from pi_loader._shared_batches import shared_memory_available
-from pi_loader._workers import WorkerPool, counter_deltas, read_counters
+from pi_loader._processes import default_start_method
+from pi_loader.delivery._in_flight import default_num_workers, plan_in_flight
+from pi_loader.delivery._shared_batches import shared_memory_available
+from pi_loader.delivery._workers import WorkerPool, counter_deltas, read_counters
+from pi_loader.order._order import ShardSpec, block_order, check_seed, sample_order, shard_order
+from pi_loader.samples._dataset import Dataset
 
 STATE_FORMAT = "pi_loader.loader_state/1"
+# Bytes a sample's non-image arrays take in a batch at most, for the in-flight budget (a
+# 50-step action chunk of 32 floats plus state and masks is ~7 kB; ids and steps are small).
+_SAMPLE_ARRAY_BYTES = 16 * 2**10
+
+
+class IdleWorkersWarning(UserWarning):
+    """A Loader setting leaves workers with nothing to do (see `LoaderStats.idle_workers`)."""
+
+
+def _batch_bytes(dataset: Dataset, batch_size: int) -> int:
+    images = sum(int(np.prod(shape)) for shape in dataset.image_shapes().values())
+    return batch_size * (images + _SAMPLE_ARRAY_BYTES)
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,8 +60,11 @@ class LoaderStats:
     `chunk_index_builds` count the files these processes indexed for this host (once per host
     per file: 0 on a host whose indexes exist).
     `shared_memory_slots` is how many batch-sized shared-memory slots the loader holds now
-    (`shared_memory_bytes` in all): about prefetch_batches + 2 when each batch is dropped before
-    the next, more while batches are kept.
+    (`shared_memory_bytes` in all): about the in-flight depth + 2 when each batch is dropped
+    before the next, more while batches are kept. `in_flight_depth` is how many batches the
+    workers may have in flight now (it grows up to `in_flight_limit` while the loader waits);
+    `idle_workers` is how many of `num_workers` a fixed `prefetch_batches` or the memory budget
+    leaves with nothing to do.
     """
 
     samples: int
@@ -60,6 +80,10 @@ class LoaderStats:
     steps_index_builds: int = 0
     chunk_index_builds: int = 0
     steps_lookups: int = 0
+    num_workers: int = 0
+    in_flight_depth: int = 0
+    in_flight_limit: int = 0
+    idle_workers: int = 0
 
     @property
     def decoded_chunks_per_sample(self) -> float:
@@ -89,9 +113,15 @@ class Loader:
         dataset: the Dataset (its seed, and its epoch as the start epoch, are used).
         batch_size: samples per batch.
         shard: this host's ShardSpec (default: ShardSpec.auto(), from torch.distributed or JAX).
-        num_workers: reader/decoder processes; 0 builds batches in the calling thread. The
-            order never depends on it.
-        prefetch_batches: batches in flight at most (>= 1; memory ~ this x batch bytes).
+        num_workers: reader/decoder processes; None (default): the host's cores less two
+            (`default_num_workers`: 14 on a 16-core host, 1 on a 2-core one); 0 builds batches
+            in the calling thread. The order never depends on it.
+        prefetch_batches: None (default): batches in flight follow the workers (twice as many
+            at first, growing while the loader still waits, up to four per worker) within
+            `prefetch_bytes`; an int fixes the depth (a depth below `num_workers` leaves workers
+            idle, which is warned about and shown in `stats().idle_workers`).
+        prefetch_bytes: memory budget of the batches in flight (None: 2 GiB, or a tenth of
+            the host's memory if smaller).
         block_size: None for a global shuffle of all samples each epoch; an int b for block
             shuffle: runs of up to b consecutive steps of one episode are kept together (shuffled
             inside), and the runs are shuffled. Neighbouring steps share video chunks, so block
@@ -102,10 +132,12 @@ class Loader:
         drop_remainder: when the samples do not split evenly into shards: False pads every shard
             to ceil(n / k) samples by repeating the first few (< k) samples of the epoch's
             order; True gives floor(n / k) and skips the rest (different ones each epoch).
-        mp_context: multiprocessing start method for workers ("spawn" is safe everywhere;
-            "fork" starts faster, 0.4 s instead of 1.5 s to the first batch with 2 workers here,
-            and is safe for pi_loader itself since workers never call deltalake, but not once
-            JAX or CUDA run threads in the main process).
+        mp_context: multiprocessing start method for workers. None (default): "forkserver"
+            where the platform has it, preloaded with numpy, pyarrow, PyAV and pi_loader and
+            started when the first Dataset opens (`pi_loader._processes`), so workers are forks
+            of a clean process (safe with JAX or CUDA threads in the main process) that start
+            in milliseconds; elsewhere "spawn". "fork" is accepted, but not safe once JAX or
+            CUDA run threads in the main process.
         shared_memory: with workers, carry images in shared memory (Linux; elsewhere, or with
             False, batches are pickled). The arrays of a batch then live in a slot that is
             reused only once they are all garbage, so keeping batches is safe; it only keeps
@@ -135,21 +167,25 @@ class Loader:
         shard: ShardSpec | None = None,
         shard_index: int | None = None,
         shard_count: int | None = None,
-        num_workers: int = 0,
-        prefetch_batches: int = 4,
+        num_workers: int | None = None,
+        prefetch_batches: int | None = None,
+        prefetch_bytes: int | None = None,
         block_size: int | None = None,
         drop_last: bool = False,
         drop_remainder: bool = False,
-        mp_context: str = "spawn",
+        mp_context: str | None = None,
         shared_memory: bool = True,
         metrics_port: int | None = None,
     ) -> None:
         if not isinstance(dataset, Dataset):
             raise TypeError(f"dataset must be a pi_loader.Dataset, got {type(dataset).__name__}")
+        if num_workers is None:
+            num_workers = default_num_workers()
         for name, value, low in (
             ("batch_size", batch_size, 1),
             ("num_workers", num_workers, 0),
-            ("prefetch_batches", prefetch_batches, 1),
+            ("prefetch_batches", 1 if prefetch_batches is None else prefetch_batches, 1),
+            ("prefetch_bytes", 1 if prefetch_bytes is None else prefetch_bytes, 1),
         ):
             if isinstance(value, bool) or not isinstance(value, int) or value < low:
                 raise ValueError(f"{name} must be an int >= {low}, got {value!r}")
@@ -167,6 +203,8 @@ class Loader:
                 if shard_index is None or shard_count is None
                 else ShardSpec(index=shard_index, count=shard_count)
             )
+        if mp_context is None:
+            mp_context = default_start_method()
         if mp_context not in multiprocessing.get_all_start_methods():
             raise ValueError(
                 f"mp_context must be one of {multiprocessing.get_all_start_methods()}, got {mp_context!r}"
@@ -178,11 +216,19 @@ class Loader:
         self._block_size = block_size
         self._drop_last = bool(drop_last)
         self._drop_remainder = bool(drop_remainder)
+        self._in_flight = plan_in_flight(
+            num_workers=max(num_workers, 1),
+            batch_bytes=_batch_bytes(dataset, batch_size),
+            prefetch_batches=prefetch_batches,
+            prefetch_bytes=prefetch_bytes,
+        )
+        if num_workers and self._in_flight.idle_workers:
+            warnings.warn(f"pi_loader.Loader: {self._in_flight.reason}", IdleWorkersWarning, stacklevel=2)
         self._worker_pool = WorkerPool(
             dataset,
             batch_size=batch_size,
             num_workers=num_workers,
-            prefetch_batches=prefetch_batches,
+            in_flight=self._in_flight,
             mp_context=mp_context,
             shared_memory=bool(shared_memory) and shared_memory_available(),
         )
@@ -194,10 +240,10 @@ class Loader:
         self._reads: dict[str, int] = {}  # sums of Dataset.read_stats deltas, all processes
         # shard size is checked now, so a bad shard fails at construction
         self._epoch_order(self._epoch)
-        # Metrics only when asked: nothing is imported or counted otherwise (pi_loader._metrics).
+        # Metrics only when asked: nothing is imported or counted otherwise (pi_loader.delivery._metrics).
         port = metrics_port if metrics_port is not None else os.environ.get("PILAKE_LOADER_METRICS_PORT")
         if port:
-            from pi_loader._metrics import serve_loader_metrics
+            from pi_loader.delivery._metrics import serve_loader_metrics
 
             serve_loader_metrics(self, port)
 
@@ -251,6 +297,36 @@ class Loader:
         self._position = 0
 
     # -- state -----------------------------------------------------------------------------
+
+    def agreement_summary(self) -> tuple[str, dict[str, Any]]:
+        """(fingerprint, summary) that `pi_loader.agree` compares between hosts: the Dataset's
+        plus what makes hosts step together (block size, drop_remainder, shard count, batches
+        per epoch, epoch and position; compare at start or right after `set_state`).
+
+        Example:
+            >>> fingerprint, summary = loader.agreement_summary()
+            >>> summary["kind"]
+            'Loader'
+        """
+        state = self.get_state()
+        _, dataset_summary = self.dataset.agreement_summary()
+        summary = {
+            **dataset_summary,
+            "kind": "Loader",
+            "dataset_fingerprint": self.dataset.fingerprint,
+            "block_size": state["block_size"],
+            "drop_remainder": state["drop_remainder"],
+            "shard_count": state["shard_count"],
+            "batches_per_epoch": self.batches_per_epoch,
+            "epoch": state["epoch"],
+            "position": state["position"],
+        }
+        keys = (
+            "dataset_fingerprint", "block_size", "drop_remainder", "shard_count", "batches_per_epoch",
+            "epoch", "position",
+        )  # fmt: skip
+        payload = json.dumps({k: summary[k] for k in keys}, sort_keys=True)
+        return hashlib.sha256(payload.encode()).hexdigest()[:16], summary
 
     def get_state(self) -> dict[str, Any]:
         """Where the loader stands: JSON-serializable, small, valid in any process."""
@@ -314,6 +390,10 @@ class Loader:
             steps_index_builds=reads.get("steps_index_builds", 0),
             chunk_index_builds=reads.get("chunk_index_builds", 0),
             steps_lookups=reads.get("steps_lookups", 0),
+            num_workers=self._num_workers,
+            in_flight_depth=self._worker_pool.depth if self._num_workers else 0,
+            in_flight_limit=self._in_flight.maximum if self._num_workers else 0,
+            idle_workers=self._in_flight.idle_workers if self._num_workers else 0,
         )
 
     def _count(self, deltas: dict[str, int]) -> None:

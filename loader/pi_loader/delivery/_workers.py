@@ -1,8 +1,9 @@
 """The loader's worker processes: batches of a Dataset read and decoded in parallel, in order.
 
-Both sides of the pipe live here. The main process (`WorkerPool`) sends batch b of an iteration
-to worker b % num_workers, keeps at most `prefetch_batches` in flight, and hands the batches
-back in order, so the number of workers changes speed, never the batches. A worker
+Both sides of the pipe live here. The main process (`WorkerPool`) puts the batches of an
+iteration on one task queue that every worker takes from (a fast worker takes more), keeps as
+many in flight as its `InFlightPlan` allows (growing while it still waits for batches), and
+hands the batches back in order, so the number of workers changes speed, never the batches. A worker
 (`_worker_main`) builds each batch with `Dataset.samples`, writing frames into the batch's
 shared-memory slot (`_shared_batches`) when there is one, so images cross without pickling.
 """
@@ -10,7 +11,6 @@ shared-memory slot (`_shared_batches`) when there is one, so images cross withou
 from __future__ import annotations
 
 import contextlib
-import multiprocessing
 import os
 import queue
 import traceback
@@ -19,10 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from pi_loader._dataset import Dataset
 from pi_loader._errors import PiLoaderError, WorkerError
-from pi_loader._shared_batches import ArrayPlacement, SlotPool, SlotTicket, SlotWriter, aligned_bytes
-from pi_loader._shared_dataset import SharedDatasetImage, SharedDatasetRef
+from pi_loader._processes import context
+from pi_loader.delivery._in_flight import InFlightPlan
+from pi_loader.delivery._shared_batches import ArrayPlacement, SlotPool, SlotTicket, SlotWriter, aligned_bytes
+from pi_loader.delivery._shared_dataset import SharedDatasetImage, SharedDatasetRef
+from pi_loader.samples._dataset import Dataset
 
 # How often the main process checks that workers are alive while it waits for a batch.
 _POLL_S = 1.0
@@ -89,13 +91,16 @@ class WorkerPool:
         dataset: the Dataset each worker gets a pickled copy of.
         batch_size: samples per batch (sizes the shared-memory slots).
         num_workers: worker processes (>= 1 to call `batches`; none start before it).
-        prefetch_batches: batches in flight at most.
-        mp_context: multiprocessing start method.
+        in_flight: how many batches are in flight, and how far that may grow.
+        mp_context: multiprocessing start method ("forkserver": preloaded, `pi_loader._processes`).
         shared_memory: carry images in shared-memory slots (the caller checks it is available).
 
     Example:
-        >>> pool = WorkerPool(ds, batch_size=32, num_workers=2, prefetch_batches=4,
-        ...                   mp_context="spawn", shared_memory=True)
+        >>> plan = plan_in_flight(
+        ...     num_workers=2, batch_bytes=2**20, prefetch_batches=None, prefetch_bytes=None
+        ... )
+        >>> pool = WorkerPool(ds, batch_size=32, num_workers=2, in_flight=plan,
+        ...                   mp_context="forkserver", shared_memory=True)
         >>> for batch, reads in pool.batches([np.arange(32)]): ...   # reads: read_stats deltas
         >>> pool.close()
     """
@@ -106,24 +111,25 @@ class WorkerPool:
         *,
         batch_size: int,
         num_workers: int,
-        prefetch_batches: int,
+        in_flight: InFlightPlan,
         mp_context: str,
         shared_memory: bool,
     ) -> None:
         self._dataset = dataset
         self._batch_size = batch_size
         self._num_workers = num_workers
-        self._prefetch = prefetch_batches
+        self._plan = in_flight
+        self.depth = in_flight.initial  # batches in flight now (grows up to in_flight.maximum)
         self._mp_context = mp_context
         self._shared_memory = shared_memory
         self._pool: SlotPool | None = None
         self._slots: dict[tuple[int, int], Any] = {}  # (generation, batch number) -> slot in flight
         self._workers: list[Any] = []
-        self._tasks: list[Any] = []
+        self._tasks: Any = None  # one queue all workers take from
         self._results: Any = None
         self._generation = 0
         self._image: SharedDatasetImage | None = None
-        # prefetch depth after the latest batch handed out (read by pi_loader._metrics): built
+        # prefetch depth after the latest batch handed out (read by pi_loader.delivery._metrics): built
         # and waiting, and requested but not handed out
         self.ready_batches = 0
         self.in_flight_batches = 0
@@ -136,25 +142,24 @@ class WorkerPool:
     def _start_workers(self) -> None:
         if self._workers:
             return
-        ctx: Any = multiprocessing.get_context(self._mp_context)
+        ctx: Any = context(self._mp_context)
         shapes = self._dataset.image_shapes()
         if self._shared_memory and shapes:
             slot_bytes = sum(aligned_bytes(self._batch_size * int(np.prod(s))) for s in shapes.values())
-            self._pool = SlotPool(slot_bytes, max_free_slots=self._prefetch + 2)
+            self._pool = SlotPool(slot_bytes, max_free_slots=self._plan.maximum + 2)
         self._results = ctx.Queue()
+        self._tasks = ctx.Queue()
         # the Dataset's large arrays travel once, through a file every worker maps
         self._image = SharedDatasetImage(self._dataset)
         for w in range(self._num_workers):
-            tasks = ctx.Queue()
             proc = ctx.Process(
                 target=_worker_main,
-                args=(self._image.ref, tasks, self._results),
+                args=(self._image.ref, self._tasks, self._results),
                 name=f"pi_loader-worker-{w}",
                 daemon=True,
             )
             proc.start()
             self._workers.append(proc)
-            self._tasks.append(tasks)
 
     def batches(
         self, work: Sequence[np.ndarray]
@@ -168,24 +173,35 @@ class WorkerPool:
         done: dict[int, tuple[dict[str, np.ndarray], dict[str, int]]] = {}
         sent = 0
         for b in range(len(work)):
-            while sent < len(work) and sent < b + self._prefetch:
+            while sent < len(work) and sent < b + self.depth:
                 ticket = None
                 if self._pool is not None:
                     slot = self._pool.acquire()
                     self._slots[(generation, sent)] = slot
                     ticket = slot.ticket
-                self._tasks[sent % self._num_workers].put((generation, sent, work[sent], ticket))
+                self._tasks.put((generation, sent, work[sent], ticket))
                 sent += 1
+            while b not in done and self._receive(generation, done, block=False):
+                pass
+            if b not in done and b >= self._num_workers:
+                # Past the first round (cold caches), waiting means too little is in flight.
+                self.depth = self._plan.grow(self.depth)
             while b not in done:
                 self._receive(generation, done)
             built = done.pop(b)
             self.ready_batches, self.in_flight_batches = len(done), sent - b - 1
             yield built
 
-    def _receive(self, generation: int, done: dict[int, Any]) -> None:
+    def _receive(self, generation: int, done: dict[int, Any], *, block: bool = True) -> bool:
+        """Take one result (waiting up to `_POLL_S` when `block`); False when none came."""
         try:
-            gen, number, built, counters, err = self._results.get(timeout=_POLL_S)
+            if block:
+                gen, number, built, counters, err = self._results.get(timeout=_POLL_S)
+            else:
+                gen, number, built, counters, err = self._results.get_nowait()
         except queue.Empty:
+            if not block:
+                return False
             dead = [p for p in self._workers if not p.is_alive()]
             if dead:
                 codes = {p.name: p.exitcode for p in dead}
@@ -194,12 +210,12 @@ class WorkerPool:
                     f"loader worker(s) died: {codes}; a negative code is the signal that "
                     "killed it (-9: out of memory?)"
                 ) from None
-            return
+            return False
         slot = self._slots.pop((gen, number), None)
         if gen != generation:  # a batch of an iteration that was abandoned: its slot is free again
             if slot is not None and self._pool is not None:
                 self._pool.release(slot)
-            return
+            return True
         if err is not None:
             self.close()
             if isinstance(err, PiLoaderError | ValueError | KeyError | IndexError):
@@ -213,22 +229,24 @@ class WorkerPool:
             else:
                 self._pool.release(slot)
         done[number] = ({key: shared[key] if key in shared else pickled[key] for key in order}, counters)
+        return True
 
     def close(self) -> None:
         """Stop the worker processes (they are started again by the next `batches`)."""
-        for tasks in self._tasks:
-            with contextlib.suppress(OSError, ValueError):
-                tasks.put(None)
+        if self._tasks is not None:
+            for _ in self._workers:
+                with contextlib.suppress(OSError, ValueError):
+                    self._tasks.put(None)
         for proc in self._workers:
             proc.join(timeout=5)
             if proc.is_alive():
                 proc.terminate()
                 proc.join(timeout=5)
-        for q in [*self._tasks, self._results]:
+        for q in (self._tasks, self._results):
             if q is not None:
                 q.cancel_join_thread()
                 q.close()
-        self._workers, self._tasks, self._results = [], [], None
+        self._workers, self._tasks, self._results = [], None, None
         if self._image is not None:
             self._image.close()
             self._image = None

@@ -25,10 +25,25 @@ from typing import Any
 
 import numpy as np
 
-from pi_loader._dataset import Dataset
 from pi_loader._errors import PiLoaderError
-from pi_loader._loader import Loader
-from pi_loader._order import ShardSpec, block_order, check_seed, sample_order, shard_order
+from pi_loader.delivery._device import DEFAULT_DEPTH, DeviceFeed, FedBatch, JaxFeed, TorchFeed
+from pi_loader.delivery._loader import Loader
+from pi_loader.order._order import ShardSpec, block_order, check_seed, sample_order, shard_order
+from pi_loader.samples._dataset import Dataset
+
+__all__ = [
+    "DeviceFeed",
+    "FedBatch",
+    "JaxFeed",
+    "OrderedSource",
+    "TorchFeed",
+    "grain_dataset",
+    "jax_batches",
+    "numpy_batches",
+    "torch_dataloader",
+    "torch_device_batches",
+    "torch_iterable",
+]
 
 
 def numpy_batches(loader: Loader) -> Iterator[dict[str, np.ndarray]]:
@@ -102,9 +117,10 @@ def torch_dataloader(loader: Loader, *, pin_memory: bool = False) -> Any:
 
 
 def jax_batches(
-    loader: Loader | Iterable[dict[str, np.ndarray]], sharding: Any = None
+    loader: Loader | Iterable[dict[str, np.ndarray]], sharding: Any = None, *, prefetch: int = DEFAULT_DEPTH
 ) -> Iterator[dict[str, Any]]:
-    """The loader's batches with numeric leaves as `jax.Array`s.
+    """The loader's batches with numeric leaves as `jax.Array`s, `prefetch` batches put on the
+    device ahead of the one yielded (double-buffered by default; `JaxFeed`).
 
     With `sharding` (a `jax.sharding.Sharding`), each host's batch is this process's part of a
     global batch (`jax.make_array_from_process_local_data`): give every host its own
@@ -116,20 +132,25 @@ def jax_batches(
         >>> sharding = jax.sharding.NamedSharding(mesh, jax.sharding.PartitionSpec("data"))
         >>> batch = next(jax_batches(loader, sharding))
     """
-    try:
-        import jax
-    except ImportError as err:
-        raise ImportError("jax_batches needs jax: pip install 'pi-lake[jax]'") from err
-    for batch in loader:
-        out: dict[str, Any] = {}
-        for key, value in batch.items():
-            if value.dtype.kind in "US":
-                out[key] = value
-            elif sharding is None:
-                out[key] = jax.device_put(value)
-            else:
-                out[key] = jax.make_array_from_process_local_data(sharding, value)
-        yield out
+    with JaxFeed(loader, sharding=sharding, depth=prefetch) as feed:
+        for fed in feed:
+            yield {key: fed.inputs.get(key, value) for key, value in fed.host.items()}
+
+
+def torch_device_batches(
+    loader: Loader | Iterable[dict[str, np.ndarray]], device: Any = "cuda", *, prefetch: int = DEFAULT_DEPTH
+) -> Iterator[dict[str, Any]]:
+    """The loader's batches as torch tensors on `device`, each copied from reused page-locked
+    buffers on a side stream while the previous step runs (`TorchFeed`). uint8 frames cross the
+    bus as uint8: convert and normalize on the device. Ids stay numpy.
+
+    Example:
+        >>> for batch in torch_device_batches(loader, "cuda"):
+        ...     images = batch["observation.images.front"].permute(0, 3, 1, 2).float() / 255
+    """
+    with TorchFeed(loader, device=device, depth=prefetch) as feed:
+        for fed in feed:
+            yield {key: fed.inputs.get(key, value) for key, value in fed.host.items()}
 
 
 class OrderedSource:
@@ -200,7 +221,7 @@ def grain_dataset(
         import grain
     except ImportError as err:
         raise ImportError("grain_dataset needs grain: pip install 'pi-lake[jax]'") from err
-    from pi_loader._gather import collate
+    from pi_loader.samples._gather import collate
 
     source = OrderedSource(dataset, epoch=epoch, shard=shard, block_size=block_size)
     return grain.MapDataset.source(source).batch(batch_size, drop_remainder=drop_last, batch_fn=collate)

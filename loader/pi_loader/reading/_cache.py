@@ -31,8 +31,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from pi_loader._cache_directory import CacheDirectory, key_digest, mark_used
 from pi_loader._errors import PiLoaderError
+from pi_loader.reading._cache_directory import CacheDirectory, key_digest, mark_used
 
 
 class StorageError(PiLoaderError):

@@ -38,8 +38,8 @@ import numpy as np
 import pyarrow.parquet as pq
 
 from pi_loader._errors import PiLoaderError
-from pi_loader._host_index import HostIndex, file_key, index_directory
-from pi_loader._row_groups import RowGroupReader
+from pi_loader.reading._host_index import HostIndex, file_key, index_directory
+from pi_loader.reading._row_groups import RowGroupReader
 
 __all__ = ["ChunkIndex", "index_directory", "page_value", "row_key"]
 

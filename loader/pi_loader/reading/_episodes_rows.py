@@ -9,7 +9,7 @@ segment that covers most of the table's current files (zero-copy), drops the row
 table no longer has (compaction, GC), reads only the files added since through Parquet, and
 writes a new segment once `REWRITE_AFTER_FILES` files were read that way, so the Parquet work
 of an open stays bounded whatever the lake's size. A segment holds the bytes the files hold:
-the rows equal reading every file (tests/loader/test_episodes_rows.py).
+the rows equal reading every file (tests/loader/reading/test_episodes_rows.py).
 
 Segments live beside the host's file indexes (`_host_index.index_directory`). Writes are atomic
 (`os.replace` of a temp file); a read-only or full disk only costs the Parquet reads. Only the

@@ -28,10 +28,10 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from pi_loader import _file_handles as file_handles
-from pi_loader._cache import CacheConfig
-from pi_loader._lru import WeightedLRU
-from pi_loader._row_groups import RowGroupReader
+from pi_loader.reading import _file_handles as file_handles
+from pi_loader.reading._cache import CacheConfig
+from pi_loader.reading._lru import WeightedLRU
+from pi_loader.reading._row_groups import RowGroupReader
 
 # Indexes kept open per process: one on disk is its path and shape (IndexRows: a row is read
 # when asked, nothing mapped); one held in memory (no index directory) costs its bytes, so the

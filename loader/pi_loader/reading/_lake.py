@@ -26,10 +26,10 @@ import pyarrow.dataset as pads
 from pi_format import LakeLayout
 from pi_format.lake import latest_commits, pinned_rows
 
-from pi_loader._cache import CacheConfig
-from pi_loader._episodes_rows import FILE_COLUMN, episodes_rows
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
-from pi_loader._storage import Storage, storage_for
+from pi_loader.reading._cache import CacheConfig
+from pi_loader.reading._episodes_rows import FILE_COLUMN, episodes_rows
+from pi_loader.reading._storage import Storage, storage_for
 
 # The tables a dataset reads; their versions pin a dataset (snapshots record them).
 READ_TABLES = ("episodes", "steps", "video")
@@ -41,7 +41,7 @@ MANY_FILES = 64
 def make_storage(
     lake_root: str, storage_options: Mapping[str, str] | None, cache: CacheConfig | None
 ) -> Storage:
-    """The Storage readers open files through (pi_loader._storage; cached copies for s3://)."""
+    """The Storage readers open files through (pi_loader.reading._storage; cached copies for s3://)."""
     return storage_for(lake_root, storage_options=storage_options, cache=cache)
 
 

@@ -19,7 +19,7 @@ import pyarrow.compute as pc
 from pi_format import LakeLayout
 
 from pi_loader._errors import PiLoaderError
-from pi_loader._lake import file_uri
+from pi_loader.reading._lake import file_uri
 
 
 @dataclass(frozen=True, slots=True, eq=False)

@@ -28,7 +28,7 @@ import numpy as np
 import pyarrow as pa
 import zstandard
 
-from pi_loader._page_header import DATA_PAGE, PLAIN, RLE, PageError, PageHeader, page_header
+from pi_loader.reading._page_header import DATA_PAGE, PLAIN, RLE, PageError, PageHeader, page_header
 
 __all__ = [
     "CODECS", "DATA_PAGE", "PageError", "PageHeader", "decode_list_chunk", "hybrid_levels", "page_header",

@@ -31,11 +31,11 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pi_loader import _file_handles as file_handles
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
-from pi_loader._lake import missing_files_message
-from pi_loader._lru import WeightedLRU
-from pi_loader._storage import Storage
+from pi_loader.reading import _file_handles as file_handles
+from pi_loader.reading._lake import missing_files_message
+from pi_loader.reading._lru import WeightedLRU
+from pi_loader.reading._storage import Storage
 
 # Memory of parsed footers kept per process. A group commit of 32 episodes x 3 cameras x 18
 # chunks makes a video file of ~1,700 row groups: ~1.3 MB of footer, ~15 MB parsed. 128 MB keeps

@@ -29,15 +29,15 @@ from typing import Any
 
 import numpy as np
 
-from pi_loader import _steps_index as index
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
-from pi_loader._host_index import IndexRows
-from pi_loader._lake import missing_files_message
-from pi_loader._locators import EpisodeLocators
-from pi_loader._lru import WeightedLRU
-from pi_loader._row_groups import RowGroupReader
-from pi_loader._steps_group import StepsGroup, decode_group, parse_group
-from pi_loader._steps_index import StepsIndex, list_field, steps_key
+from pi_loader.reading import _steps_index as index
+from pi_loader.reading._host_index import IndexRows
+from pi_loader.reading._lake import missing_files_message
+from pi_loader.reading._locators import EpisodeLocators
+from pi_loader.reading._lru import WeightedLRU
+from pi_loader.reading._row_groups import RowGroupReader
+from pi_loader.reading._steps_group import StepsGroup, decode_group, parse_group
+from pi_loader.reading._steps_index import StepsIndex, list_field, steps_key
 
 # Bytes between two column chunks read in one ranged read rather than two (pyarrow writes a
 # copy of each chunk's ColumnMetaData, ~50 bytes, right after it).

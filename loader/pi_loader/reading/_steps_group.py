@@ -13,10 +13,10 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pi_loader import _steps_index as index
 from pi_loader._errors import PiLoaderError
-from pi_loader._parquet_pages import PageError, decode_list_chunk
-from pi_loader._steps_index import list_field
+from pi_loader.reading import _steps_index as index
+from pi_loader.reading._parquet_pages import PageError, decode_list_chunk
+from pi_loader.reading._steps_index import list_field
 
 
 @dataclass(frozen=True, slots=True)

@@ -37,9 +37,9 @@ import numpy as np
 import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
-from pi_loader._host_index import HostIndex, file_key
-from pi_loader._parquet_pages import CODECS, DATA_PAGE, PageError, page_header
-from pi_loader._row_groups import RowGroupReader
+from pi_loader.reading._host_index import HostIndex, file_key
+from pi_loader.reading._parquet_pages import CODECS, DATA_PAGE, PageError, page_header
+from pi_loader.reading._row_groups import RowGroupReader
 
 # Columns of an index row (one per row group of the steps file); per list column c (in
 # LIST_COLUMNS order), its fields are at list_field(c, OFFSET) etc.

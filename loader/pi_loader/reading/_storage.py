@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
-from pi_loader._cache import CacheConfig, DiskCache, StorageError
+from pi_loader.reading._cache import CacheConfig, DiskCache, StorageError
 
 __all__ = [
     "LocalStorage",

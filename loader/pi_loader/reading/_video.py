@@ -23,13 +23,13 @@ from typing import Any
 
 import numpy as np
 
-from pi_loader import _chunk_index as index
-from pi_loader._chunk_index import ChunkIndex, page_value, row_key
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
-from pi_loader._lake import missing_files_message
-from pi_loader._locators import EpisodeLocators
-from pi_loader._lru import WeightedLRU
-from pi_loader._row_groups import RowGroupReader
+from pi_loader.reading import _chunk_index as index
+from pi_loader.reading._chunk_index import ChunkIndex, page_value, row_key
+from pi_loader.reading._lake import missing_files_message
+from pi_loader.reading._locators import EpisodeLocators
+from pi_loader.reading._lru import WeightedLRU
+from pi_loader.reading._row_groups import RowGroupReader
 
 VIDEO_COLUMNS = (
     "episode_id", "attempt_id", "camera", "chunk_index", "first_frame", "frame_count",

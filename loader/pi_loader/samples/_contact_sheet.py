@@ -7,7 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pi_loader._gather import IMAGE_KEY_PREFIX
+from pi_loader.samples._gather import IMAGE_KEY_PREFIX
 
 _LABEL_H = 14  # pixels of the label strip above each row (Pillow's default bitmap font)
 

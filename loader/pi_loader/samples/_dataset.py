@@ -21,25 +21,26 @@ import numpy as np
 from pi_format import LakeLayout
 from pi_format.stats import NormStats
 
-from pi_loader._cache import CacheConfig
-from pi_loader._chunk_index import index_directory
-from pi_loader._episodes_rows import segment_directory
-from pi_loader._events import log_opened
-from pi_loader._gather import ImageAllocator
-from pi_loader._lake import EpisodeData, Stats, make_storage, pooled_stats
-from pi_loader._order import SharedEpoch, check_seed, sample_order
-from pi_loader._readers import CacheSizes, build_readers
-from pi_loader._row_groups import DEFAULT_FOOTER_CACHE_BYTES
-from pi_loader._sample_index import SampleIndex
-from pi_loader._selection import (
-    check_spec_fits,
-    choose_cameras,
+from pi_loader._processes import warm_forkserver
+from pi_loader.order._order import SharedEpoch, check_seed, sample_order
+from pi_loader.reading._cache import CacheConfig
+from pi_loader.reading._chunk_index import index_directory
+from pi_loader.reading._episodes_rows import segment_directory
+from pi_loader.reading._lake import EpisodeData, Stats, make_storage, pooled_stats
+from pi_loader.reading._row_groups import DEFAULT_FOOTER_CACHE_BYTES
+from pi_loader.samples._fingerprint import dataset_fingerprint, dataset_summary
+from pi_loader.samples._fit import check_spec_fits, choose_cameras
+from pi_loader.samples._gather import ImageAllocator
+from pi_loader.samples._readers import CacheSizes, build_readers
+from pi_loader.samples._sample_index import SampleIndex
+from pi_loader.samples._spec import SampleSpec, spec_from_arguments
+from pi_loader.selection._events import log_opened
+from pi_loader.selection._selection import (
     resolve_ids,
     resolve_snapshot,
     select_episodes,
 )
-from pi_loader._snapshot import PackedSnapshot, Snapshot
-from pi_loader._spec import SampleSpec, spec_from_arguments
+from pi_loader.selection._snapshot import PackedSnapshot, Snapshot
 
 # Chunk decoders kept per process. A shuffled sample almost never finds its chunk here (500
 # episodes x 3 cameras x 6 chunks against the cache), while block-shuffled neighbours and frame
@@ -127,6 +128,9 @@ class Dataset:
         steps_cache_bytes: int = DEFAULT_STEPS_CACHE_BYTES,
         footer_cache_bytes: int = DEFAULT_FOOTER_CACHE_BYTES,
     ) -> None:
+        # Loader workers fork from a preloaded server; starting it now overlaps its imports
+        # with this open (the first batch waited for both in turn: issue 23).
+        warm_forkserver()
         self._layout = lake if isinstance(lake, LakeLayout) else LakeLayout(str(lake))
         self._seed = check_seed("seed", seed)
         self._epoch = check_seed("epoch", epoch)
@@ -271,7 +275,7 @@ class Dataset:
         """
         cached = self.__dict__.get("_norm_stats")
         if cached is None:
-            from pi_loader._norm_stats import read_norm_stats
+            from pi_loader.samples._norm_stats import read_norm_stats
 
             cached = read_norm_stats(
                 self._layout, self._storage, self.snapshot, self.__dict__.get("_storage_options")
@@ -303,7 +307,7 @@ class Dataset:
             self._epoch = epoch
             self._order = None
 
-    # -- hosts that agree (pi_loader._agreement) -------------------------------------------
+    # -- hosts that agree (pi_loader.selection._agreement) -------------------------------------------
 
     @property
     def fingerprint(self) -> str:
@@ -316,9 +320,17 @@ class Dataset:
             >>> a.fingerprint == b.fingerprint
             True
         """
-        from pi_loader._agreement import dataset_fingerprint
-
         return dataset_fingerprint(self.snapshot, self._spec, self._seed)
+
+    def agreement_summary(self) -> tuple[str, dict[str, Any]]:
+        """(fingerprint, summary) that `pi_loader.agree` compares between hosts.
+
+        Example:
+            >>> fingerprint, summary = ds.agreement_summary()
+            >>> summary["episodes"]
+            500
+        """
+        return self.fingerprint, dataset_summary(self.snapshot, self._spec, self._seed)
 
     def check_agreement(self, *, backend: str = "auto", group: Any = None) -> str:
         """Check that every host of the run opened this same dataset (see `pi_loader.agree`):
@@ -329,7 +341,7 @@ class Dataset:
             >>> ds = Dataset("/data/lake", snapshot="pick-v3", catalog="/data/catalog", seed=0)
             >>> ds.check_agreement()
         """
-        from pi_loader._agreement import agree
+        from pi_loader.selection._agreement import agree
 
         return agree(self, backend=backend, group=group)
 
@@ -355,7 +367,7 @@ class Dataset:
             >>> ds = Dataset.shared("/data/lake", sql="SELECT episode_id FROM episodes WHERE success",
             ...                     catalog="/data/catalog", spec=spec, seed=0)
         """
-        from pi_loader._agreement import open_shared
+        from pi_loader.selection._agreement import open_shared
 
         return open_shared(cls, lake, backend=backend, group=group, check=check, **arguments)
 

@@ -14,12 +14,12 @@ from collections.abc import Callable, Mapping, Sequence
 import numpy as np
 
 from pi_loader._errors import PiLoaderError
-from pi_loader._lake import EpisodeData, Stats
-from pi_loader._locators import EpisodeLocators
-from pi_loader._sample_index import SampleIndex
-from pi_loader._spec import SampleSpec
-from pi_loader._steps import EpisodeSteps, StepsReader
-from pi_loader._video import VideoFrames
+from pi_loader.reading._lake import EpisodeData, Stats
+from pi_loader.reading._locators import EpisodeLocators
+from pi_loader.reading._steps import EpisodeSteps, StepsReader
+from pi_loader.reading._video import VideoFrames
+from pi_loader.samples._sample_index import SampleIndex
+from pi_loader.samples._spec import SampleSpec
 
 IMAGE_KEY_PREFIX = "observation.images."
 HISTORY_PAD_KEY = "observation.images_is_pad"

@@ -17,9 +17,9 @@ from pi_format.lake import pinned_rows
 from pi_format.stats import NormStats, merge_norm_stats
 
 from pi_loader._errors import SnapshotError
-from pi_loader._lake import _read, resolve_tables
-from pi_loader._snapshot import Snapshot
-from pi_loader._storage import Storage
+from pi_loader.reading._lake import _read, resolve_tables
+from pi_loader.reading._storage import Storage
+from pi_loader.selection._snapshot import Snapshot
 
 # sample key -> the episodes columns' feature name (as in Dataset.stats and batches)
 FEATURES = {"observation.state": "proprio", "action": "action"}

@@ -9,19 +9,19 @@ from dataclasses import dataclass
 import numpy as np
 from pi_format import LakeLayout
 
-from pi_loader._chunk_index import ChunkIndex
-from pi_loader._gather import SampleGather
-from pi_loader._lake import Stats
-from pi_loader._locators import EpisodeLocators
-from pi_loader._packed import PackedStrings
-from pi_loader._row_groups import RowGroupReader
-from pi_loader._sample_index import SampleIndex
-from pi_loader._selection import Selection
-from pi_loader._spec import SampleSpec
-from pi_loader._steps import StepsReader
-from pi_loader._steps_index import StepsIndex
-from pi_loader._storage import Storage
-from pi_loader._video import VideoFrames
+from pi_loader.reading._chunk_index import ChunkIndex
+from pi_loader.reading._lake import Stats
+from pi_loader.reading._locators import EpisodeLocators
+from pi_loader.reading._packed import PackedStrings
+from pi_loader.reading._row_groups import RowGroupReader
+from pi_loader.reading._steps import StepsReader
+from pi_loader.reading._steps_index import StepsIndex
+from pi_loader.reading._storage import Storage
+from pi_loader.reading._video import VideoFrames
+from pi_loader.samples._gather import SampleGather
+from pi_loader.samples._sample_index import SampleIndex
+from pi_loader.samples._spec import SampleSpec
+from pi_loader.selection._selection import Selection
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +52,7 @@ class Readers:
     gather: SampleGather
     reader: RowGroupReader
     # the ids the readers index, packed: two buffers per copy of the Dataset rather than
-    # 2 x episodes Python strings pickled into every worker (pi_loader._packed)
+    # 2 x episodes Python strings pickled into every worker (pi_loader.reading._packed)
     episode_ids: PackedStrings
     attempt_ids: PackedStrings
 

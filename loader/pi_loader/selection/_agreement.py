@@ -20,29 +20,36 @@ exchange. Neither framework is imported here unless the caller already has (`sys
 
 from __future__ import annotations
 
-import dataclasses
-import hashlib
 import json
 import sys
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TypeVar
+from typing import Any, Protocol, TypeVar
 
 import numpy as np
 
 from pi_loader._errors import PiLoaderError
-from pi_loader._snapshot import Snapshot
-from pi_loader._spec import SampleSpec
+from pi_loader.selection._snapshot import Snapshot
 
-if TYPE_CHECKING:
-    from pi_loader._dataset import Dataset
-    from pi_loader._loader import Loader
+
+class Agreeable(Protocol):
+    """What hosts compare: a Dataset (samples) or a Loader (delivery) describes itself, so this
+    module (below both) needs neither. `agreement_summary` returns (fingerprint, summary): the
+    16-hex fingerprint hosts must share and a JSON-able summary shown when they do not."""
+
+    def agreement_summary(self) -> tuple[str, dict[str, Any]]: ...
+
+
+class OpenedDataset(Agreeable, Protocol):
+    """What `open_shared` opens: something agreeable with the snapshot it read."""
+
+    @property
+    def snapshot(self) -> Snapshot: ...
 
 BACKENDS = ("auto", "torch", "jax")
-FINGERPRINT_FORMAT = "pi_loader.fingerprint/1"
 # Arguments of Dataset that choose the episodes; a host that opens rank 0's snapshot drops them.
 _SELECTION_ARGUMENTS = ("sql", "sql_parameters", "episode_ids", "snapshot")
 
-D = TypeVar("D", bound="Dataset")
+D = TypeVar("D", bound=OpenedDataset)
 
 
 class HostsDisagreeError(PiLoaderError):
@@ -72,54 +79,13 @@ class HostsDisagreeError(PiLoaderError):
 # -- fingerprints ------------------------------------------------------------------------------
 
 
-def dataset_fingerprint(snapshot: Snapshot, spec: SampleSpec, seed: int) -> str:
-    """16 hex digits of sha256 over what decides a Dataset's samples and their order: the table
-    versions and (episode, attempt) pairs the snapshot pins, the (resolved) sample spec and the
-    seed. The epoch is left out (it changes during a run; `Loader`'s fingerprint has it).
-
-    The lake root is left out on purpose, as in `Snapshot.fingerprint`: the same versions and
-    attempts are the same data wherever the lake is mounted (s3:// on one host, a local copy on
-    another), and it is shown in `HostsDisagreeError` when hosts differ.
-
-    Example:
-        >>> dataset_fingerprint(ds.snapshot, ds.spec, ds.seed) == ds.fingerprint
-        True
-    """
-    header = {
-        "format": FINGERPRINT_FORMAT,
-        "table_versions": sorted(snapshot.table_versions.items()),
-        "spec": dataclasses.asdict(spec),
-        "seed": int(seed),
-    }
-    digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode())
-    for e, a in zip(snapshot.episode_ids, snapshot.attempt_ids, strict=True):
-        digest.update(f"{e}\x1f{a}\x1e".encode())
-    return digest.hexdigest()[:16]
-
-
-def _dataset_summary(ds: Dataset) -> dict[str, Any]:
-    snap = ds.snapshot
-    return {
-        "kind": "Dataset",
-        "lake_root": snap.lake_root,
-        "table_versions": dict(snap.table_versions),
-        "episodes": len(snap.episode_ids),
-        "episode_pairs": snap.fingerprint,
-        "spec": repr(ds.spec),
-        "seed": ds.seed,
-    }
-
-
-def describe(obj: Dataset | Loader | Snapshot) -> tuple[str, dict[str, Any]]:
+def describe(obj: Agreeable | Snapshot) -> tuple[str, dict[str, Any]]:
     """(fingerprint, summary) of what a host opened: a Dataset, a Loader or a Snapshot.
 
     A Loader's fingerprint adds to its Dataset's what makes hosts step together: block size,
     drop_remainder, shard count, batches per epoch, epoch and position (compare them at start,
     before any batch, or right after `set_state`).
     """
-    from pi_loader._dataset import Dataset
-    from pi_loader._loader import Loader
-
     if isinstance(obj, Snapshot):
         return obj.fingerprint, {
             "kind": "Snapshot",
@@ -128,28 +94,11 @@ def describe(obj: Dataset | Loader | Snapshot) -> tuple[str, dict[str, Any]]:
             "episodes": len(obj.episode_ids),
             "episode_pairs": obj.fingerprint,
         }
-    if isinstance(obj, Dataset):
-        return obj.fingerprint, _dataset_summary(obj)
-    if isinstance(obj, Loader):
-        state = obj.get_state()
-        summary = {
-            **_dataset_summary(obj.dataset),
-            "kind": "Loader",
-            "dataset_fingerprint": obj.dataset.fingerprint,
-            "block_size": state["block_size"],
-            "drop_remainder": state["drop_remainder"],
-            "shard_count": state["shard_count"],
-            "batches_per_epoch": obj.batches_per_epoch,
-            "epoch": state["epoch"],
-            "position": state["position"],
-        }
-        keys = (
-            "dataset_fingerprint", "block_size", "drop_remainder", "shard_count", "batches_per_epoch",
-            "epoch", "position",
-        )  # fmt: skip
-        payload = json.dumps({k: summary[k] for k in keys}, sort_keys=True)
-        return hashlib.sha256(payload.encode()).hexdigest()[:16], summary
-    raise TypeError(f"agree needs a pi_loader Dataset, Loader or Snapshot, got {type(obj).__name__}")
+    summary = getattr(obj, "agreement_summary", None)
+    if summary is None:
+        raise TypeError(f"agree needs a pi_loader Dataset, Loader or Snapshot, got {type(obj).__name__}")
+    fingerprint, described = summary()
+    return str(fingerprint), dict(described)
 
 
 # -- the collectives -------------------------------------------------------------------------
@@ -298,7 +247,7 @@ def _disagreement(
     )
 
 
-def agree(obj: Dataset | Loader | Snapshot, *, backend: str = "auto", group: Any = None) -> str:
+def agree(obj: Agreeable | Snapshot, *, backend: str = "auto", group: Any = None) -> str:
     """Check that every host of the run opened the same thing; returns the common fingerprint.
 
     Every host must call it (it is a collective: a host that never does makes the others wait

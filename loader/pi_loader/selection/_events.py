@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from pi_format.jsonlog import default_event_log, event_logger, log_event
 
-from pi_loader._snapshot import Snapshot
+from pi_loader.selection._snapshot import Snapshot
 
 # ~10 us a line: 10,000 episodes add ~0.1 s to an open.
 MAX_EPISODE_EVENTS = 10_000

@@ -2,8 +2,8 @@
 
 First step of opening a `Dataset`: episode ids come from the catalog (SQL), a snapshot or the
 caller; the Delta version of every table read is resolved once and recorded in a `Snapshot`, so
-the same selection reads the same data later (decision 6). Also checks that a `SampleSpec` fits
-what the selected episodes hold (their cameras, step counts and video sizes).
+the same selection reads the same data later (decision 6). Whether a `SampleSpec` fits what
+the selected episodes hold is `pi_loader.samples._fit`'s question, not this one's.
 """
 
 from __future__ import annotations
@@ -20,15 +20,12 @@ from pi_format import LakeLayout
 from pi_format.lake import read_deleted_ids
 
 from pi_loader._errors import (
-    HorizonTooLongError,
     PiLoaderError,
     SnapshotDataMissingError,
-    UnknownCameraError,
 )
-from pi_loader._lake import read_committed_episodes, resolve_tables
-from pi_loader._snapshot import Snapshot
-from pi_loader._spec import SampleSpec
-from pi_loader._storage import Storage
+from pi_loader.reading._lake import read_committed_episodes, resolve_tables
+from pi_loader.reading._storage import Storage
+from pi_loader.selection._snapshot import Snapshot
 
 
 @dataclass(frozen=True, slots=True)
@@ -250,59 +247,3 @@ def _camera_lists(cameras: pa.ChunkedArray) -> tuple[tuple[str, ...], ...]:
     keys = pc.binary_join(cameras, _CAMERA_SEP).combine_chunks().dictionary_encode()
     distinct = [tuple(k.split(_CAMERA_SEP)) if k else () for k in keys.dictionary.to_pylist()]
     return tuple(distinct[i] for i in keys.indices.to_numpy(zero_copy_only=False).tolist())
-
-
-def choose_cameras(
-    episode_cameras: Sequence[Sequence[str]], cameras: Sequence[str] | None
-) -> tuple[str, ...]:
-    """`cameras`, checked to be in every episode; None: the cameras all episodes share.
-
-    Raises:
-        UnknownCameraError: a camera not every episode has, or none shared.
-    """
-    first = episode_cameras[0]
-    common = [c for c in first if all(c in cams for cams in episode_cameras)]
-    if cameras is None:
-        if not common:
-            raise UnknownCameraError(
-                "the selected episodes share no camera; pass cameras=() for samples without images"
-            )
-        return tuple(common)
-    unknown = [c for c in cameras if c not in common]
-    if unknown:
-        raise UnknownCameraError(
-            f"unknown camera(s) {unknown}: the cameras available in every selected episode are {common}"
-        )
-    return tuple(cameras)
-
-
-def check_spec_fits(
-    spec: SampleSpec,
-    episode_ids: Sequence[str],
-    lengths: np.ndarray,
-    video_sizes: np.ndarray,
-) -> None:
-    """Check the action horizon and crop against each episode's step count and video size.
-
-    Raises:
-        HorizonTooLongError: an episode shorter than the action horizon.
-        ValueError: a crop that does not fit an episode's video.
-    """
-    shortest = int(np.argmin(lengths))
-    if spec.action_horizon > lengths[shortest]:
-        raise HorizonTooLongError(
-            f"action_horizon={spec.action_horizon} is longer than episode {episode_ids[shortest]} "
-            f"({int(lengths[shortest])} steps): its samples would be mostly padding. Use a shorter "
-            f"horizon or select longer episodes (e.g. SQL `WHERE step_count >= {spec.action_horizon}`)"
-        )
-    if spec.crop is not None and spec.cameras:
-        top, left, height, width = spec.crop
-        sizes = np.asarray(video_sizes).reshape(-1, 2)
-        misfits = np.flatnonzero((top + height > sizes[:, 0]) | (left + width > sizes[:, 1]))
-        if len(misfits):
-            e = int(misfits[0])
-            h, w = int(sizes[e, 0]), int(sizes[e, 1])
-            raise ValueError(
-                f"crop={spec.crop} (top, left, height, width) does not fit episode "
-                f"{episode_ids[e]}'s {h}x{w} (height x width) video"
-            )

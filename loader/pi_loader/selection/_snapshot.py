@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from pi_loader._errors import SnapshotError
-from pi_loader._packed import PackedStrings
+from pi_loader.reading._packed import PackedStrings
 
 SNAPSHOT_FORMAT = "pi_loader.snapshot/1"
 

@@ -1,6 +1,6 @@
 """Child process of test_resume: iterate a Loader, log each batch and the state after it.
 
-Run as `python -m tests.loader.resume_child SNAPSHOT LOG STOP_AFTER [STATE_JSON]`. Each line of
+Run as `python -m tests.loader.delivery.resume_child SNAPSHOT LOG STOP_AFTER [STATE_JSON]`. Each line of
 LOG is {"ids": [[episode_id, step], ...], "state": {...}}, written and fsynced before the next
 batch is asked for. After STOP_AFTER batches (0: never) it hangs with batches still in flight in
 its workers, as a training step would, until the parent SIGKILLs it.

@@ -27,7 +27,7 @@ def test_off_by_default_imports_nothing(loader_lake: FakeLake) -> None:
         "             spec=SampleSpec(cameras=('wrist',), action_horizon=3))\n"
         "n = sum(len(b['step']) for b in Loader(ds, batch_size=8, shard=ShardSpec(0, 1)))\n"
         "assert n > 0, n\n"
-        "bad = [m for m in ('prometheus_client', 'pi_loader._metrics') if m in sys.modules]\n"
+        "bad = [m for m in ('prometheus_client', 'pi_loader.delivery._metrics') if m in sys.modules]\n"
         "assert not bad, bad\n"
         "print('ok', n)\n"
     )
@@ -37,7 +37,7 @@ def test_off_by_default_imports_nothing(loader_lake: FakeLake) -> None:
 
 
 def test_scrape_reports_what_the_loader_did(loader_lake: FakeLake) -> None:
-    from pi_loader._metrics import served_port
+    from pi_loader.delivery._metrics import served_port
 
     ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("wrist",), action_horizon=3), seed=3)
     port = _free_port()
@@ -83,7 +83,7 @@ def test_scrape_reports_what_the_loader_did(loader_lake: FakeLake) -> None:
 
 
 def test_bad_port_setting_is_a_clear_error(loader_lake: FakeLake, monkeypatch: pytest.MonkeyPatch) -> None:
-    from pi_loader import _metrics
+    from pi_loader.delivery import _metrics
 
     monkeypatch.setenv("PILAKE_LOADER_METRICS_PORT", "9480-9470")
     monkeypatch.setattr(_metrics, "_served", {})  # as in a process that serves nothing yet

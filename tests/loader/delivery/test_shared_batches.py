@@ -7,7 +7,7 @@ import gc
 import numpy as np
 import pytest
 from pi_loader import Dataset, Loader, SampleSpec, collate
-from pi_loader._shared_batches import SlotPool, SlotTicket, SlotWriter, shared_memory_available
+from pi_loader.delivery._shared_batches import SlotPool, SlotTicket, SlotWriter, shared_memory_available
 
 from tests.fixtures.lake_factory import FakeLake
 from tests.loader.conftest import LOADER_CAMERAS, LOADER_EPISODES, LOADER_STEPS

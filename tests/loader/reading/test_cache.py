@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import BinaryIO
 
 import pytest
-from pi_loader._cache import CacheConfig, CacheStats, DiskCache, StorageError
 from pi_loader._errors import PiLoaderError
+from pi_loader.reading._cache import CacheConfig, CacheStats, DiskCache, StorageError
 
 
 def payload(key: str, size_bytes: int) -> bytes:

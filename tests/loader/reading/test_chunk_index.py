@@ -1,4 +1,4 @@
-"""Footer-free video reads through the host-wide chunk index (pi_loader._chunk_index)."""
+"""Footer-free video reads through the host-wide chunk index (pi_loader.reading._chunk_index)."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ import numpy as np
 import pyarrow.parquet as pq
 import pytest
 from pi_loader import Dataset, PiLoaderError, SampleSpec
-from pi_loader._chunk_index import OFFSET, SIZE, ChunkIndex, build_entries, page_value
-from pi_loader._host_index import IndexRows
-from pi_loader._row_groups import RowGroupReader
-from pi_loader._storage import LocalStorage
+from pi_loader.reading._chunk_index import OFFSET, SIZE, ChunkIndex, build_entries, page_value
+from pi_loader.reading._host_index import IndexRows
+from pi_loader.reading._row_groups import RowGroupReader
+from pi_loader.reading._storage import LocalStorage
 
 from tests.fixtures.lake_factory import CHUNK_FRAMES, FakeLake, write_lake
 

@@ -1,4 +1,4 @@
-"""The host's memory-mapped copy of the episodes rows (pi_loader._episodes_rows): what it returns
+"""The host's memory-mapped copy of the episodes rows (pi_loader.reading._episodes_rows): what it returns
 always equals reading every current file, while it reads only the files new to it."""
 
 from __future__ import annotations
@@ -9,9 +9,14 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 from pi_loader import Dataset
-from pi_loader._episodes_rows import FILE_COLUMN, REWRITE_AFTER_FILES, episodes_rows, segment_directory
-from pi_loader._host_index import index_directory
-from pi_loader._lake import TableFiles, _read, make_storage
+from pi_loader.reading._episodes_rows import (
+    FILE_COLUMN,
+    REWRITE_AFTER_FILES,
+    episodes_rows,
+    segment_directory,
+)
+from pi_loader.reading._host_index import index_directory
+from pi_loader.reading._lake import TableFiles, _read, make_storage
 
 from tests.fixtures.lake_factory import append_episodes, make_episode, write_lake
 

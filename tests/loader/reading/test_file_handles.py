@@ -1,4 +1,4 @@
-"""Kept file descriptors for ranged reads (pi_loader._file_handles): the bytes a `pread` returns,
+"""Kept file descriptors for ranged reads (pi_loader.reading._file_handles): the bytes a `pread` returns,
 descriptor reuse and the LRU bound, vacuumed and replaced files, forked children, threads."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from pi_loader import _file_handles
+from pi_loader.reading import _file_handles
 
 
 @pytest.fixture(autouse=True)

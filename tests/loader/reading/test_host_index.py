@@ -1,4 +1,4 @@
-"""A saved file index read a row at a time (pi_loader._host_index.IndexRows)."""
+"""A saved file index read a row at a time (pi_loader.reading._host_index.IndexRows)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from pi_loader._host_index import IndexRows
+from pi_loader.reading._host_index import IndexRows
 
 
 def test_rows_read_back_equal_the_saved_array(tmp_path: Path) -> None:

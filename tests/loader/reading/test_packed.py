@@ -1,5 +1,5 @@
-"""Packed per-episode strings (pi_loader._packed) and the Dataset image workers map
-(pi_loader._shared_dataset): same values as the tuples they replace, shared rather than copied."""
+"""Packed per-episode strings (pi_loader.reading._packed) and the Dataset image workers map
+(pi_loader.delivery._shared_dataset): same values as the tuples they replace, shared rather than copied."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from pi_loader import Dataset
-from pi_loader._packed import PackedStrings
-from pi_loader._shared_dataset import SharedDatasetImage, SharedDatasetRef
+from pi_loader.delivery._shared_dataset import SharedDatasetImage, SharedDatasetRef
+from pi_loader.reading._packed import PackedStrings
 
 names = st.lists(st.text(min_size=0, max_size=12), max_size=40)
 
@@ -56,7 +56,7 @@ def _load_and_read(ref: SharedDatasetRef, indices: list[int], out: Any) -> None:
 
 def test_workers_map_the_dataset_image_and_read_the_same_samples(loader_lake, monkeypatch) -> None:
     # every buffer out of band, however small (the fixture lake's arrays are tiny)
-    monkeypatch.setattr("pi_loader._shared_dataset._OUT_OF_BAND_BYTES", 0)
+    monkeypatch.setattr("pi_loader.delivery._shared_dataset._OUT_OF_BAND_BYTES", 0)
     ds = Dataset(loader_lake.layout, action_horizon=3)
     image = SharedDatasetImage(ds)
     assert image.shared_bytes >= ds._index.offsets.nbytes

@@ -1,4 +1,4 @@
-"""Footer-free column chunk decoding (pi_loader._parquet_pages): the one-pass header parser against
+"""Footer-free column chunk decoding (pi_loader.reading._parquet_pages): the one-pass header parser against
 the general one, the whole-rows short path against pyarrow, and corrupt chunks as errors."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from pi_loader import _parquet_pages as pages
-from pi_loader._page_header import PageError, _any_header, _plain_header, page_header
-from pi_loader._parquet_pages import CODECS
+from pi_loader.reading import _parquet_pages as pages
+from pi_loader.reading._page_header import PageError, _any_header, _plain_header, page_header
+from pi_loader.reading._parquet_pages import CODECS
 
 ROWS, GROUP_ROWS, WIDTHS = 120, 50, {"vec": 7, "idx": 3}  # row groups of 50, 50 and 20 rows
 DTYPES = {"vec": np.dtype("<f4"), "idx": np.dtype("<i4")}

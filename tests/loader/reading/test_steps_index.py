@@ -1,4 +1,4 @@
-"""Footer-free steps reads through the host-wide steps index (pi_loader._steps_index)."""
+"""Footer-free steps reads through the host-wide steps index (pi_loader.reading._steps_index)."""
 
 from __future__ import annotations
 
@@ -14,10 +14,10 @@ import pyarrow.parquet as pq
 import pytest
 from pi_format.lake import STEPS_ROW_GROUP_STEPS
 from pi_loader import Dataset, PiLoaderError, SampleSpec
-from pi_loader._parquet_pages import decode_list_chunk, page_header
-from pi_loader._row_groups import RowGroupReader
-from pi_loader._steps import STEPS_COLUMNS, EpisodeSteps, StepsReader
-from pi_loader._steps_index import (
+from pi_loader.reading._parquet_pages import decode_list_chunk, page_header
+from pi_loader.reading._row_groups import RowGroupReader
+from pi_loader.reading._steps import STEPS_COLUMNS, EpisodeSteps, StepsReader
+from pi_loader.reading._steps_index import (
     CODEC,
     EXACT,
     LIST_COLUMNS,
@@ -30,7 +30,7 @@ from pi_loader._steps_index import (
     StepsIndex,
     list_field,
 )
-from pi_loader._storage import LocalStorage
+from pi_loader.reading._storage import LocalStorage
 
 from tests.fixtures.lake_factory import FakeLake, append_episodes, make_episode, write_lake
 
@@ -412,7 +412,7 @@ def test_two_processes_index_each_file_once_per_host(grouped_lake: FakeLake) -> 
 def test_level_sections_decode_once_and_equal_a_fresh_decode() -> None:
     """hybrid_levels memoizes by the section's bytes: a hit returns the same values as decoding
     them again, read-only so no caller can change what the next one gets."""
-    from pi_loader import _parquet_pages as pages
+    from pi_loader.reading import _parquet_pages as pages
 
     # a run of 5 zeros, then one bit-packed group of 8 values 1,0,1,1,0,0,1,1 (bit width 1)
     section = memoryview(bytes([5 << 1, 0, (1 << 1) | 1, 0b11001101]))

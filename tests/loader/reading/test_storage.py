@@ -19,8 +19,8 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import DeltaTable, write_deltalake
 from pi_loader import Dataset, Loader
-from pi_loader._cache import CacheConfig, StorageError
-from pi_loader._storage import (
+from pi_loader.reading._cache import CacheConfig, StorageError
+from pi_loader.reading._storage import (
     LocalStorage,
     RemoteFileNotFoundError,
     S3Options,

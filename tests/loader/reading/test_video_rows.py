@@ -1,5 +1,6 @@
 """Per-sample reads: the steps row groups holding a sample's steps and one video row group per
-camera per sample, found through the episodes rows' locators (pi_loader._row_groups, _steps, _video)."""
+camera per sample, found through the episodes rows' locators
+(pi_loader.reading._row_groups, _steps, _video)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ import pyarrow.parquet as pq
 import pytest
 from deltalake import write_deltalake
 from pi_loader import Dataset, Loader, PiLoaderError, SampleSpec
-from pi_loader._row_groups import RowGroupReader
+from pi_loader.reading._row_groups import RowGroupReader
 
 from tests.fixtures.lake_factory import (
     CHUNK_FRAMES,
@@ -125,7 +126,7 @@ def test_an_uncached_sample_reads_one_steps_row_group_and_one_video_chunk_per_ca
 
 def test_loader_reports_bytes_read_per_sample(loader_lake: FakeLake) -> None:
     ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("front",), action_horizon=2), seed=4)
-    loader = Loader(ds, batch_size=8)
+    loader = Loader(ds, batch_size=8, num_workers=0)  # read here: the Dataset's own counters match
     list(loader)
     stats = loader.stats()
     assert stats.samples == len(ds)

@@ -1,7 +1,7 @@
 """Child process of test_agreement: one host of a 2-host run, over torch.distributed (gloo) or
 multi-process JAX (CPU), going through the agreement scenarios in order.
 
-Run as `python -m tests.loader.agreement_child CONFIG_JSON`: CONFIG has "backend" ("torch" or
+Run as `python -m tests.loader.selection.agreement_child CONFIG_JSON`: CONFIG has "backend" ("torch" or
 "jax"), "rank", "world", "address" (a file:// init method for torch, host:port of the JAX
 coordinator), "lake", "catalog", "snapshot" (a snapshot file of the lake before any scenario)
 and "out" (this rank writes its results, a JSON object per scenario, to OUT.<rank>.json).
@@ -28,7 +28,7 @@ from pi_loader import (
     agree,
     broadcast_snapshot,
 )
-from pi_loader._agreement import hosts
+from pi_loader.selection._agreement import hosts
 
 from tests.fixtures.lake_factory import append_episodes, make_episode
 

@@ -27,13 +27,13 @@ from pi_loader import (
     agree,
     broadcast_snapshot,
 )
-from pi_loader._agreement import _disagreement, describe, hosts
-from pi_loader._order import SharedEpoch
+from pi_loader.order._order import SharedEpoch
+from pi_loader.selection._agreement import _disagreement, describe, hosts
 
 from tests.fixtures.lake_factory import FakeLake, write_lake
-from tests.loader.agreement_child import CAMERAS, SIZE, SPEC, STEPS
+from tests.loader.selection.agreement_child import CAMERAS, SIZE, SPEC, STEPS
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[3]
 SPEC_LOADER = SampleSpec(cameras=("front", "wrist"), action_horizon=2)
 
 
@@ -177,7 +177,7 @@ def two_hosts(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathF
         logs.append(log)
         children.append(
             subprocess.Popen(
-                [sys.executable, "-m", "tests.loader.agreement_child", json.dumps(config)],
+                [sys.executable, "-m", "tests.loader.selection.agreement_child", json.dumps(config)],
                 cwd=ROOT,
                 env=env,
                 stdout=log,

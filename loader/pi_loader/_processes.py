@@ -1,0 +1,79 @@
+"""How loader worker processes start: from a preloaded forkserver, warmed while a Dataset opens.
+
+A spawned worker starts a fresh interpreter and imports numpy, pyarrow, PyAV and pi_loader
+before its first batch (~1 s each, all of them at once on the first iteration), after the
+Dataset has opened: the first batch waited for both in turn (issue 23: 4.2-6.5 s from process
+start). A forkserver started with those modules preloaded is a clean single-threaded process
+(safe to fork, unlike a main process running CUDA or JAX threads), and it is started when the
+first Dataset opens, so its imports overlap the open; each worker is then a fork of it.
+
+Outside the rooms on purpose: the samples room (Dataset) warms it and the delivery room
+(Loader) uses it, and neither may import the other's direction.
+"""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import threading
+
+# What a worker needs before its first batch; imported once, in the forkserver.
+PRELOAD = (
+    "numpy",
+    "pyarrow",
+    "pyarrow.parquet",
+    "av",
+    "zstandard",
+    "pi_loader",
+    "pi_loader.delivery._workers",
+)
+FORKSERVER = "forkserver"
+# Set to 0 to not start the forkserver when a Dataset opens (it then starts at the first batch).
+WARM_ENV = "PILAKE_LOADER_WARM_FORKSERVER"
+
+_lock = threading.Lock()
+_configured = False
+
+
+def default_start_method() -> str:
+    """ "forkserver" where the platform has it (Linux, macOS), else "spawn"."""
+    return FORKSERVER if FORKSERVER in multiprocessing.get_all_start_methods() else "spawn"
+
+
+def context(method: str) -> multiprocessing.context.BaseContext:
+    """The multiprocessing context for `method`; a forkserver one preloads `PRELOAD`."""
+    global _configured
+    ctx = multiprocessing.get_context(method)
+    if method == FORKSERVER:
+        with _lock:
+            if not _configured:
+                # Only effective before the server starts; the list replaces '__main__', so
+                # workers never re-import the user's script.
+                ctx.set_forkserver_preload(list(PRELOAD))
+                _configured = True
+    return ctx
+
+
+def warm_forkserver() -> bool:
+    """Start the preloaded forkserver now (returns at once; it imports in its own process).
+
+    Called when a Dataset opens in a main process, so the worker start-up overlaps the open.
+    Does nothing in a child process, where forkserver is unavailable, or with
+    PILAKE_LOADER_WARM_FORKSERVER=0. Returns whether a server is (now) running.
+
+    Example:
+        >>> warm_forkserver()
+        True
+    """
+    if os.environ.get(WARM_ENV, "1") == "0" or default_start_method() != FORKSERVER:
+        return False
+    if multiprocessing.parent_process() is not None:
+        return False
+    context(FORKSERVER)
+    from multiprocessing import forkserver
+
+    try:
+        forkserver.ensure_running()
+    except OSError:
+        return False
+    return True
