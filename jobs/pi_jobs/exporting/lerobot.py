@@ -1,0 +1,406 @@
+"""`pilake export lerobot PIN OUT_DIR`: a dataset pin written as a LeRobot v3 dataset.
+
+The pin's exact rows ((episode_id, attempt_id) per episode, `pi_format.lake.pins`) are read
+from the lake: proprio and action from `steps` (float32 as stored), one frame per step per
+camera from `video` (the training chunks decoded, the frame each step shows: its
+`camera_frame_index`), and the language from the pin's instruction annotations as the pin saw
+them (else the episode's task). Written as lerobot's v3 layout:
+
+    meta/info.json, meta/stats.json, meta/tasks.parquet, meta/episodes/chunk-000/file-000.parquet
+    data/chunk-000/file-000.parquet
+    videos/observation.images.<camera>/chunk-000/file-000.mp4   (H.264, yuv420p, every episode)
+
+Features: `observation.state`, `action`, `observation.images.<camera>`, and lerobot's
+`timestamp`, `frame_index`, `episode_index`, `index`, `task_index`. LeRobot needs one fps and one
+shape per feature: a pin mixing rates, dimensions or cameras is refused with the episodes that
+differ (pin the ones that agree). One data and one video file per camera: fine up to a few GB;
+lerobot's file rotation (`*_files_size_in_mb`) is not applied.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from fractions import Fraction
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+from pi_format import LakeLayout
+from pi_format.lake import AnnotationStore, PinStore, current_annotations, pinned_rows, value_at
+
+from pi_jobs.errors import PiJobsError
+
+CODEBASE_VERSION = "v3.0"
+DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
+VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
+# lerobot's defaults for a new dataset (LeRobotDataset.create): what its readers expect in info.json
+_CHUNKS_SIZE = 1000
+_DATA_FILES_MB = 100
+_VIDEO_FILES_MB = 500
+_EPISODE_COLUMNS = [
+    "episode_id",
+    "attempt_id",
+    "task",
+    "step_count",
+    "control_rate_hz",
+    "robot_type",
+    "proprio_dim",
+    "action_dim",
+    "cameras",
+    "video_width",
+    "video_height",
+]
+
+
+class ExportError(PiJobsError):
+    """A pin cannot be exported as asked (mixed shapes or rates, rows missing)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ExportReport:
+    """What `export_lerobot` wrote."""
+
+    out_dir: Path
+    episodes: int
+    frames: int
+    tasks: int
+    cameras: tuple[str, ...]
+    fps: int
+    bytes_written: int
+
+    def lines(self) -> list[str]:
+        return [
+            f"export: {self.episodes} episodes, {self.frames} frames, {self.tasks} tasks, cameras "
+            f"{list(self.cameras)} at {self.fps} fps -> {self.out_dir} (LeRobot {CODEBASE_VERSION}, "
+            f"{self.bytes_written / 1e6:.2f} MB)",
+            f"open it with LeRobotDataset('pilake/export', root='{self.out_dir}')",
+        ]
+
+
+def export_lerobot(
+    layout: LakeLayout, pin_name: str, out_dir: Path, *, say: Callable[[str], None] = print
+) -> ExportReport:
+    """Write the pin `pin_name` as a LeRobot v3 dataset under `out_dir` (see the module docstring).
+
+    Raises:
+        ExportError: `out_dir` is not empty, the pin mixes fps/dimensions/cameras, or rows the
+            pin names are gone.
+
+    Example:
+        >>> export_lerobot(LakeLayout("/data/lake"), "pick-v3", Path("pick-v3-lerobot")).episodes
+        1200
+    """
+    from deltalake import DeltaTable
+
+    out_dir = Path(out_dir)
+    if out_dir.exists() and any(out_dir.iterdir()):
+        raise ExportError(f"{out_dir} is not empty: export into a new directory")
+    pin = PinStore(layout).get(pin_name)
+    episodes = pinned_rows(
+        DeltaTable(layout.episodes).to_pyarrow_table(columns=_EPISODE_COLUMNS),
+        pin.episode_ids,
+        pin.attempt_ids,
+    )
+    if episodes.num_rows != len(pin.episode_ids):
+        raise ExportError(
+            f"pin {pin_name!r} names {len(pin.episode_ids)} rows, the lake has {episodes.num_rows} of them "
+            "(`pilake dataset show` says which)"
+        )
+    shape = _one_shape(episodes, pin_name)
+    notes = current_annotations(
+        AnnotationStore(layout).read_all(list(pin.episode_ids)),
+        as_of_ns=pin.created_at_ns,
+        kinds=["instruction"],
+    )
+    cameras: tuple[str, ...] = shape["cameras"]
+    height, width, fps = shape["video_height"], shape["video_width"], shape["fps"]
+    out_dir.mkdir(parents=True, exist_ok=True)
+    writers = {
+        c: _VideoWriter(
+            out_dir / VIDEO_PATH.format(video_key=_key(c), chunk_index=0, file_index=0), fps, width, height
+        )
+        for c in cameras
+    }
+    tasks: dict[str, int] = {}
+    data_parts: list[pa.Table] = []
+    meta_rows: list[dict[str, Any]] = []
+    index = 0
+    try:
+        for n, row in enumerate(episodes.to_pylist()):
+            steps = _steps(layout, row["episode_id"], row["attempt_id"])
+            frames = _frames(layout, row, steps, cameras)
+            length = steps.num_rows
+            task_of = [
+                value_at(notes, row["episode_id"], t, "instruction") or row["task"] or "unspecified"
+                for t in range(length)
+            ]
+            for text in task_of:
+                tasks.setdefault(text, len(tasks))
+            data_parts.append(
+                _data_table(
+                    steps,
+                    n,
+                    index,
+                    [tasks[t] for t in task_of],
+                    fps,
+                    shape["proprio_dim"],
+                    shape["action_dim"],
+                )
+            )
+            meta: dict[str, Any] = {
+                "episode_index": n,
+                "tasks": sorted(set(task_of), key=task_of.index),
+                "length": length,
+                "data/chunk_index": 0,
+                "data/file_index": 0,
+                "dataset_from_index": index,
+                "dataset_to_index": index + length,
+                "meta/episodes/chunk_index": 0,
+                "meta/episodes/file_index": 0,
+            }
+            for camera in cameras:
+                start = writers[camera].frames / fps
+                writers[camera].write(frames[camera])
+                meta.update(
+                    {
+                        f"videos/{_key(camera)}/chunk_index": 0,
+                        f"videos/{_key(camera)}/file_index": 0,
+                        f"videos/{_key(camera)}/from_timestamp": start,
+                        f"videos/{_key(camera)}/to_timestamp": start + length / fps,
+                    }
+                )
+            meta_rows.append(meta)
+            index += length
+            say(f"  export: episode {n + 1}/{episodes.num_rows} ({row['episode_id']}, {length} frames)")
+    finally:
+        for writer in writers.values():
+            writer.close()
+    data = pa.concat_tables(data_parts)
+    _write_parquet(data, out_dir / DATA_PATH.format(chunk_index=0, file_index=0))
+    stats = _stats(data, ("observation.state", "action"))
+    _write_parquet(
+        _episodes_table(meta_rows, data, shape),
+        out_dir / "meta" / "episodes" / "chunk-000" / "file-000.parquet",
+    )
+    # as lerobot writes it: a pandas frame of task_index indexed by the task string (its reader
+    # takes a frame's task as `tasks.iloc[task_index].name`)
+    import pandas as pd  # type: ignore[import-untyped]
+
+    pd.DataFrame({"task_index": list(tasks.values())}, index=list(tasks)).to_parquet(
+        out_dir / "meta" / "tasks.parquet"
+    )
+    (out_dir / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))
+    info = _info(shape, episodes.num_rows, index, len(tasks))
+    (out_dir / "meta" / "info.json").write_text(json.dumps(info, indent=4))
+    written = sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file())
+    return ExportReport(out_dir, episodes.num_rows, index, len(tasks), cameras, fps, written)
+
+
+def _key(camera: str) -> str:
+    return f"observation.images.{camera}"
+
+
+def _one_shape(episodes: pa.Table, pin: str) -> dict[str, Any]:
+    shape: dict[str, Any] = {}
+    for name in ("proprio_dim", "action_dim", "video_width", "video_height", "robot_type"):
+        values = pc.unique(episodes.column(name)).to_pylist()
+        if len(values) != 1:
+            raise ExportError(
+                f"pin {pin!r} mixes {name} {sorted(values)}; LeRobot needs one: pin episodes that agree"
+            )
+        shape[name] = values[0]
+    cameras = {tuple(c) for c in episodes.column("cameras").to_pylist()}
+    if len(cameras) != 1:
+        raise ExportError(f"pin {pin!r} mixes camera sets {sorted(cameras)}; LeRobot needs one set")
+    shape["cameras"] = next(iter(cameras))
+    rates = set(episodes.column("control_rate_hz").to_pylist())
+    if len(rates) != 1 or float(next(iter(rates))) != int(next(iter(rates))):
+        raise ExportError(f"pin {pin!r} has control rates {sorted(rates)}; LeRobot needs one integer fps")
+    shape["fps"] = int(next(iter(rates)))
+    return shape
+
+
+def _steps(layout: LakeLayout, episode_id: str, attempt_id: str) -> pa.Table:
+    from deltalake import DeltaTable
+
+    rows = DeltaTable(layout.steps).to_pyarrow_table(
+        columns=["episode_id", "attempt_id", "step_index", "proprio", "action", "camera_frame_index"],
+        filters=[("episode_id", "=", episode_id)],
+    )
+    rows = rows.filter(pc.equal(rows.column("attempt_id"), attempt_id)).sort_by("step_index")
+    if rows.num_rows == 0:
+        raise ExportError(f"no steps of {episode_id} attempt {attempt_id} in {layout.steps}")
+    return rows
+
+
+def _frames(
+    layout: LakeLayout, row: dict[str, Any], steps: pa.Table, cameras: tuple[str, ...]
+) -> dict[str, np.ndarray]:
+    """Per camera, the frame each step shows (uint8 [T, H, W, 3]), decoded from the lake's chunks."""
+    from deltalake import DeltaTable
+    from pi_format.video import decode_chunk_rgb
+
+    video = DeltaTable(layout.video).to_pyarrow_table(
+        columns=["episode_id", "attempt_id", "camera", "chunk_index", "first_frame", "data"],
+        filters=[("episode_id", "=", row["episode_id"])],
+    )
+    video = video.filter(pc.equal(video.column("attempt_id"), row["attempt_id"]))
+    shown = np.asarray(steps.column("camera_frame_index").to_pylist(), dtype=np.int64)
+    out = {}
+    for k, camera in enumerate(cameras):
+        decoded: list[np.ndarray] = []
+        mine = video.filter(pc.equal(video.column("camera"), camera)).sort_by("chunk_index")
+        for chunk in mine.to_pylist():
+            decoded.extend(
+                decode_chunk_rgb(chunk["data"], height=row["video_height"], width=row["video_width"])
+            )
+        if not decoded or shown[:, k].max() >= len(decoded):
+            raise ExportError(f"{row['episode_id']}: camera {camera} has {len(decoded)} frames in the lake")
+        out[camera] = np.stack([decoded[i] for i in shown[:, k]])
+    return out
+
+
+def _data_table(
+    steps: pa.Table,
+    episode: int,
+    start: int,
+    task_index: list[int],
+    fps: int,
+    proprio_dim: int,
+    action_dim: int,
+) -> pa.Table:
+    n = steps.num_rows
+    proprio = np.asarray(steps.column("proprio").to_pylist(), np.float32).reshape(n, proprio_dim)
+    action = np.asarray(steps.column("action").to_pylist(), np.float32).reshape(n, action_dim)
+    return pa.table(
+        {
+            "observation.state": pa.FixedSizeListArray.from_arrays(pa.array(proprio.ravel()), proprio_dim),
+            "action": pa.FixedSizeListArray.from_arrays(pa.array(action.ravel()), action_dim),
+            "timestamp": pa.array((np.arange(n) / fps).astype(np.float32)),
+            "frame_index": pa.array(np.arange(n, dtype=np.int64)),
+            "episode_index": pa.array(np.full(n, episode, np.int64)),
+            "index": pa.array(np.arange(start, start + n, dtype=np.int64)),
+            "task_index": pa.array(np.asarray(task_index, np.int64)),
+        }
+    )
+
+
+def _stats(data: pa.Table, keys: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
+    out: dict[str, dict[str, list[float]]] = {}
+    for key in keys:
+        x = np.asarray(data.column(key).to_pylist(), np.float64)
+        out[key] = {
+            "min": x.min(axis=0).tolist(),
+            "max": x.max(axis=0).tolist(),
+            "mean": x.mean(axis=0).tolist(),
+            "std": x.std(axis=0).tolist(),
+            "count": [int(x.shape[0])],
+        }
+    return out
+
+
+def _episodes_table(rows: list[dict[str, Any]], data: pa.Table, shape: dict[str, Any]) -> pa.Table:
+    table = pa.Table.from_pylist(rows)
+    # per-episode statistics of the numeric features, as lerobot's own episodes files carry them
+    for key in ("observation.state", "action"):
+        per = {s: [] for s in ("min", "max", "mean", "std")}  # type: dict[str, list[list[float]]]
+        count = []
+        for row in rows:
+            part = data.slice(row["dataset_from_index"], row["length"])
+            x = np.asarray(part.column(key).to_pylist(), np.float64)
+            per["min"].append(x.min(axis=0).tolist())
+            per["max"].append(x.max(axis=0).tolist())
+            per["mean"].append(x.mean(axis=0).tolist())
+            per["std"].append(x.std(axis=0).tolist())
+            count.append([int(x.shape[0])])
+        for stat, values in per.items():
+            table = table.append_column(f"stats/{key}/{stat}", pa.array(values, pa.list_(pa.float64())))
+        table = table.append_column(f"stats/{key}/count", pa.array(count, pa.list_(pa.int64())))
+    return table
+
+
+def _info(shape: dict[str, Any], episodes: int, frames: int, tasks: int) -> dict[str, Any]:
+    fps = shape["fps"]
+    features: dict[str, Any] = {}
+    for camera in shape["cameras"]:
+        features[_key(camera)] = {
+            "dtype": "video",
+            "shape": [shape["video_height"], shape["video_width"], 3],
+            "names": ["height", "width", "channels"],
+            "info": {
+                "video.height": shape["video_height"],
+                "video.width": shape["video_width"],
+                "video.codec": "h264",
+                "video.pix_fmt": "yuv420p",
+                "video.is_depth_map": False,
+                "video.fps": fps,
+                "video.channels": 3,
+                "has_audio": False,
+            },
+        }
+    features["observation.state"] = {"dtype": "float32", "shape": [shape["proprio_dim"]], "names": None}
+    features["action"] = {"dtype": "float32", "shape": [shape["action_dim"]], "names": None}
+    for name, dtype in (
+        ("timestamp", "float32"),
+        ("frame_index", "int64"),
+        ("episode_index", "int64"),
+        ("index", "int64"),
+        ("task_index", "int64"),
+    ):
+        features[name] = {"dtype": dtype, "shape": [1], "names": None}
+    return {
+        "codebase_version": CODEBASE_VERSION,
+        "robot_type": shape["robot_type"],
+        "total_episodes": episodes,
+        "total_frames": frames,
+        "total_tasks": tasks,
+        "chunks_size": _CHUNKS_SIZE,
+        "data_files_size_in_mb": _DATA_FILES_MB,
+        "video_files_size_in_mb": _VIDEO_FILES_MB,
+        "fps": fps,
+        "splits": {"train": f"0:{episodes}"},
+        "data_path": DATA_PATH,
+        "video_path": VIDEO_PATH if shape["cameras"] else None,
+        "features": features,
+    }
+
+
+def _write_parquet(table: pa.Table, path: Path) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pq.write_table(table, path, compression="snappy")
+
+
+class _VideoWriter:
+    """One camera's frames of every episode, one after another, as H.264 (yuv420p) MP4."""
+
+    def __init__(self, path: Path, fps: int, width: int, height: int) -> None:
+        import av
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.frames = 0
+        self._container = av.open(str(path), mode="w")
+        self._stream = self._container.add_stream("libx264", rate=Fraction(fps))
+        self._stream.width, self._stream.height = width, height
+        self._stream.pix_fmt = "yuv420p"
+        # a keyframe every 2 frames, as lerobot's own encoder settings (g=2): random access by timestamp
+        self._stream.options = {"crf": "18", "g": "2", "x264-params": "scenecut=0:threads=1"}
+
+    def write(self, frames: np.ndarray) -> None:
+        import av
+
+        for image in frames:
+            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
+            frame.pts = self.frames
+            for packet in self._stream.encode(frame):
+                self._container.mux(packet)
+            self.frames += 1
+
+    def close(self) -> None:
+        for packet in self._stream.encode():
+            self._container.mux(packet)
+        self._container.close()
