@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import itertools
 import os
 import threading
 from fractions import Fraction
@@ -72,6 +73,9 @@ def remux_mp4(chunks: pa.Table, out: Path) -> int:
         raise UiError(f"only h264 video rows can be remuxed, got codecs {sorted(codecs)}")
     stamps = [t for ts in chunks.column("frame_timestamps_ns").to_pylist() for t in ts]
     origin = stamps[0] if stamps else 0
+    ticks = [(t - origin) * _TIME_BASE.denominator // 1_000_000_000 for t in stamps]
+    durations = [b - a for a, b in itertools.pairwise(ticks)]
+    durations.append(durations[-1] if durations else _TIME_BASE.denominator // 10)
     stream = b"".join(chunks.column("data").to_pylist())
     frames = 0
     source: Any
@@ -85,8 +89,10 @@ def remux_mp4(chunks: pa.Table, out: Path) -> int:
                     continue
                 if frames >= len(stamps):
                     raise UiError(f"the chunks hold more frames than their {len(stamps)} timestamps")
-                ticks = (stamps[frames] - origin) * _TIME_BASE.denominator // 1_000_000_000
-                packet.pts = packet.dts = int(ticks)
+                packet.pts = packet.dts = ticks[frames]
+                # each frame lasts until the next; the last as long as the one before it (left
+                # unset, the muxer guessed 1.3 s for it and the video outlasted the episode)
+                packet.duration = durations[frames]
                 packet.time_base = _TIME_BASE
                 packet.stream = video_out
                 sink.mux(packet)

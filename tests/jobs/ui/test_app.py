@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 from urllib.parse import quote
 
 import numpy as np
@@ -147,7 +148,11 @@ def test_video_timestamps_follow_the_rows(client: TestClient, ui_lake: UiLake) -
     path = ui_lake.cache / "check.mp4"
     path.write_bytes(content)
     with av.open(str(path)) as container:
+        stream: Any = container.streams.video[0]
+        duration_s = float(stream.duration * stream.time_base)
         times = [float(f.time) for f in container.decode(video=0)]
+    # as long as the episode's frames: the last frame lasts one frame interval
+    assert duration_s == pytest.approx(len(times) / 5.0, abs=1e-3)
     # the wrist camera runs at half the control rate (5 fps): frame k at k / 5 s
     assert times == pytest.approx([k / 5.0 for k in range(len(times))], abs=1e-3)
 
