@@ -240,11 +240,11 @@ def spread_of(node: object) -> Spread | None:
 
 def text_of(node: object, fmt: str = "{:.3g}") -> str:
     """How a JSON figure reads in a table: 'median (min–max)' for a spread, the value with
-    "(1 run, needs rerun)" for a legacy figure, "-" for none.
+    "(needs rerun)" for a legacy figure (its reason is in the JSON), "-" for none.
 
     Example:
         >>> text_of({"legacy": 0.711, "needs_rerun": "best of 2"}, "{:.2f}")
-        '0.71 (best of 2, needs rerun)'
+        '0.71 (needs rerun)'
     """
     figure = spread_of(node)
     if figure is not None:
@@ -252,7 +252,7 @@ def text_of(node: object, fmt: str = "{:.3g}") -> str:
     if isinstance(node, Mapping) and "legacy" in node:
         value = node["legacy"]
         shown = "-" if value is None else fmt.format(value)
-        return f"{shown} ({node.get('needs_rerun', 'no spread')}, needs rerun)"
+        return f"{shown} (needs rerun)"
     if isinstance(node, int | float) and not isinstance(node, bool):
         return fmt.format(node)
     return "-"

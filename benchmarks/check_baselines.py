@@ -28,7 +28,8 @@ broke, or ran fewer than 3 repeats).
     python -m benchmarks.check_baselines loader --tolerance 0.3
     python -m benchmarks.check_baselines trainer --current results/trainer.json   # no rerun
 
-Exit codes: 0 within tolerance, 1 a ratio regressed, 2 no baseline or the benchmark failed.
+Exit codes: 0 within tolerance, 1 a ratio regressed (or undecided), 2 no baseline, nothing
+compared (a baseline without spreads), or the benchmark failed.
 """
 
 from __future__ import annotations
@@ -226,6 +227,14 @@ def main(argv: list[str] | None = None) -> int:
         for failure in failures:
             print(f"  {failure}", file=sys.stderr)
         return 1
+    if all(r["baseline"] is None for r in rows):
+        # nothing was compared: that is not a pass
+        print(
+            f"\n{args.name}: no ratio compared: {baseline_path} holds none as a median with its spread "
+            "(rerun the benchmark and commit its JSON as the baseline)",
+            file=sys.stderr,
+        )
+        return 2
     print(f"\n{args.name}: every ratio within {args.tolerance:.0%} of {baseline_path}")
     return 0
 

@@ -8,7 +8,8 @@
 #   INGEST_JSON=path/ingest.json bash benchmarks/baselines/refresh.sh
 #
 # The runs' own output (JSON, PNG, logs) stays under benchmarks/baselines/results/<time>/
-# (git-ignored); only the two JSON files are copied next to this script. Nothing is committed.
+# (git-ignored); only the two JSON files are copied next to this script, and the READMEs'
+# figures re-rendered from them. Nothing is committed.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY=.venv/bin/python
@@ -27,3 +28,4 @@ echo "loader benchmark (quick): $(( $(date +%s) - start )) s"
 cp "$RUN/scale/scale.json" benchmarks/baselines/scale.json
 cp "$RUN/loader/loader.json" benchmarks/baselines/loader.json
 echo "copied $RUN/scale/scale.json and $RUN/loader/loader.json to benchmarks/baselines/"
+"$PY" -m benchmarks.render_docs   # the READMEs' tables follow the new JSON

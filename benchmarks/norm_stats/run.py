@@ -38,6 +38,7 @@ import numpy as np
 import pyarrow.parquet as pq
 from pi_format import stats as S
 
+from benchmarks._figures import MIN_REPEATS, judge, spread_of
 from benchmarks.norm_stats._data import DIMS, cached_build
 from benchmarks.norm_stats._legs import (
     alt_grid_leg,
@@ -61,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--episodes", type=int, default=10_000)
     parser.add_argument("--min-steps", type=int, default=300)
     parser.add_argument("--max-steps", type=int, default=3000)
-    parser.add_argument("--repeats", type=int, default=15)
+    parser.add_argument("--repeats", type=int, default=15, help=f"merge timings (>= {MIN_REPEATS})")
     parser.add_argument(
         "--read-episodes", type=int, default=200, help="episodes whose steps are read from Parquet"
     )
@@ -76,6 +77,8 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args(argv)
+    if args.repeats < MIN_REPEATS:
+        parser.error(f"--repeats must be >= {MIN_REPEATS} (a median with its spread), got {args.repeats}")
     args.out.mkdir(parents=True, exist_ok=True)
     result: dict[str, Any] = {"machine": machine(), "episodes": args.episodes}
     print(f"building {args.episodes} episodes of {args.min_steps}-{args.max_steps} steps ...", flush=True)
@@ -180,10 +183,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.kll:
         print("KLL leg ...", flush=True)
         result["kll"] = kll_leg(args.kll, built["lengths"], min(args.kll_episodes, args.episodes))
+    # the merge target is met only when every repeat's wall time is under it (the whole spread,
+    # benchmarks._figures.judge), not its best run; the rank error is deterministic
+    merge = judge(spread_of(timings["merge"]["wall_ms"]), TARGET_MERGE_MS, higher_is_better=False)
     result["targets"] = {
         "rank_error_at_most_1pct": err["sketch"]["max"] <= TARGET_RANK_ERROR,
-        "merge_under_100ms": timings["merge"]["best_ms"] < TARGET_MERGE_MS,
+        "merge_under_100ms": merge["met"],
     }
+    result["targets_detail"] = {"merge_under_100ms": merge}
     print_table(result)
     (args.out / "norm_stats.json").write_text(json.dumps(result, indent=2, default=float))
     plot(result, args.out / "norm_stats.png")

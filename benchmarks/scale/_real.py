@@ -25,6 +25,7 @@ from typing import Any
 
 import pyarrow as pa
 
+from benchmarks._figures import MIN_REPEATS, interleaved, ratio, spread
 from benchmarks.loader._data import DataConfig
 
 LOADER_HERE = Path(__file__).resolve().parent.parent / "loader"
@@ -156,59 +157,77 @@ def run_legs(
     repeats: int,
     env: dict[str, str],
 ) -> list[dict[str, Any]]:
-    """Every (leg, workers), `repeats` times round the set; each result as run_leg returns it."""
+    """Every (workers, leg) once per repeat, interleaved (`benchmarks._figures.interleaved`: the
+    order rotated each repeat), `repeats` (>= 3) times; each result as run_leg returns it."""
     from benchmarks.loader._runner import run_leg
 
     common = ["--batch-size", str(batch_size), "--warmup-batches", "3", "--measure-s", str(measure_s)]
     legs = []
-    for repeat in range(repeats):
-        for w in workers:
-            for name in names:
-                cmd = leg_command(name, lake=lake, python=python, lerobot=lerobot, horizon=horizon)
-                result = run_leg([*cmd, "--workers", str(w), *common], timeout_s=measure_s + 300, env=env)
-                result.update(loader=name, workers=w, repeat=repeat)
-                legs.append(result)
-                if "error" in result:
-                    print(f"  {LEG_LABELS[name]:>20} x{w}: FAILED {result['error'][-800:]}", flush=True)
-                else:
-                    print(
-                        f"  {LEG_LABELS[name]:>20} x{w}: {result['samples_per_s']:8.1f} samples/s, "
-                        f"CPU {result['cpu_ms_per_sample'] or 0:.2f} ms/sample, "
-                        f"peak {result['peak_memory_mb']:.0f} MB",
-                        flush=True,
-                    )
+    for repeat, (w, name) in interleaved([(w, n) for w in workers for n in names], repeats):
+        cmd = leg_command(name, lake=lake, python=python, lerobot=lerobot, horizon=horizon)
+        result = run_leg([*cmd, "--workers", str(w), *common], timeout_s=measure_s + 300, env=env)
+        result.update(loader=name, workers=w, repeat=repeat)
+        legs.append(result)
+        if "error" in result:
+            print(f"  {LEG_LABELS[name]:>20} x{w}: FAILED {result['error'][-800:]}", flush=True)
+        else:
+            print(
+                f"  {LEG_LABELS[name]:>20} x{w}: {result['samples_per_s']:8.1f} samples/s, "
+                f"CPU {result['cpu_ms_per_sample'] or 0:.2f} ms/sample, "
+                f"peak {result['peak_memory_mb']:.0f} MB (repeat {repeat + 1})",
+                flush=True,
+            )
     return legs
 
 
-def best_rates(legs: list[dict[str, Any]], field: str = "samples_per_s") -> dict[str, dict[str, Any]]:
-    """{workers: {leg: best value of `field`}} over the repeats (failed legs left out): the
-    highest samples/s, or with field="cpu_ms_per_sample" the lowest CPU per sample."""
-    out: dict[str, dict[str, Any]] = {}
+def _series(legs: list[dict[str, Any]], field: str) -> dict[str, dict[str, dict[int, float]]]:
+    """{workers: {leg: {repeat: value of `field`}}}, failed legs left out."""
+    out: dict[str, dict[str, dict[int, float]]] = {}
     for leg in legs:
         if "error" in leg or leg.get(field) is None:
             continue
-        per = out.setdefault(str(leg["workers"]), {})
-        value = round(float(leg[field]), 3)
-        old = per.get(leg["loader"])
-        per[leg["loader"]] = value if old is None else (max if field == "samples_per_s" else min)(old, value)
+        out.setdefault(str(leg["workers"]), {}).setdefault(leg["loader"], {})[int(leg["repeat"])] = float(
+            leg[field]
+        )
     return out
 
 
-def ratios(rates: dict[str, dict[str, Any]], cpu: dict[str, dict[str, Any]]) -> dict[str, dict[str, Any]]:
-    """{workers: pi_loader / LeRobot and pi_loader / the decode limit}, in samples/s and (less
-    moved by other load on the machine) in CPU per sample; None where a leg is missing."""
+def spreads(legs: list[dict[str, Any]], field: str = "samples_per_s") -> dict[str, dict[str, Any]]:
+    """{workers: {leg: median and spread of `field` over its repeats}} (`benchmarks._figures`);
+    a leg with fewer than 3 successful repeats is left out (its `error`s say why)."""
+    out: dict[str, dict[str, Any]] = {}
+    for w, per in _series(legs, field).items():
+        for name, values in per.items():
+            if len(values) >= MIN_REPEATS:
+                out.setdefault(w, {})[name] = spread(
+                    [values[k] for k in sorted(values)], what=f"{name} x{w} {field}"
+                ).to_json()
+    return out
 
-    def ratio(r: dict[str, Any], other: str, digits: int, inverse: bool = False) -> float | None:
-        if not r.get("pi_loader") or not r.get(other):
+
+def ratios(legs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    """{workers: pi_loader / LeRobot and pi_loader / the decode limit}, each the median and
+    spread of the per-repeat ratios of the interleaved legs (repeat i with repeat i), in
+    samples/s and (less moved by other load on the machine) in CPU per sample; None where a leg
+    is missing or fewer than 3 repeats of both succeeded."""
+    rates, cpu = _series(legs, "samples_per_s"), _series(legs, "cpu_ms_per_sample")
+
+    def paired(per: dict[str, dict[int, float]], other: str, inverse: bool) -> dict[str, Any] | None:
+        mine, theirs = per.get("pi_loader", {}), per.get(other, {})
+        both = sorted(set(mine) & set(theirs))
+        if len(both) < MIN_REPEATS:
             return None
-        return round(r[other] / r["pi_loader"] if inverse else r["pi_loader"] / r[other], digits)
+        top, bottom = [mine[k] for k in both], [theirs[k] for k in both]
+        if inverse:  # CPU per sample: less is better, so the ratio is theirs / mine
+            top, bottom = bottom, top
+        return ratio(top, bottom, what=f"pi_loader / {other}").to_json()
 
     return {
         w: {
-            "pi_loader_vs_lerobot": ratio(r, "lerobot", 2),
-            "pi_loader_vs_limit": ratio(r, "raw", 3),
-            "pi_loader_vs_lerobot_cpu": ratio(cpu.get(w, {}), "lerobot", 2, inverse=True),
-            "pi_loader_vs_limit_cpu": ratio(cpu.get(w, {}), "raw", 3, inverse=True),
+            "pi_loader_vs_lerobot": paired(r, "lerobot", False),
+            "pi_loader_vs_limit": paired(r, "raw", False),
+            "pi_loader_vs_lerobot_cpu": paired(cpu.get(w, {}), "lerobot", True),
+            "pi_loader_vs_limit_cpu": paired(cpu.get(w, {}), "raw", True),
         }
         for w, r in rates.items()
     }

@@ -31,6 +31,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._figures import MIN_REPEATS
 from benchmarks.faults.run import describe, machine
 from benchmarks.loader._data import DataConfig
 from benchmarks.loader._runner import run_leg
@@ -200,8 +201,8 @@ def throughput(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         repeats=args.repeats,
         env=env,
     )
-    rates = _real.best_rates(legs)
-    cpu = _real.best_rates(legs, "cpu_ms_per_sample")
+    rates = _real.spreads(legs)
+    cpu = _real.spreads(legs, "cpu_ms_per_sample")
     p = probe(lake, None, args, horizon=args.horizon, env=env)
     encoded = _probe.encoded_sizes(lake, max_episodes=config.episodes)
     read = p.get("bytes_read_per_sample")
@@ -229,7 +230,7 @@ def throughput(args: argparse.Namespace, env: dict[str, str]) -> dict[str, Any]:
         "legs": legs,
         "rates": rates,
         "cpu_ms_per_sample": cpu,
-        "ratios": _real.ratios(rates, cpu),
+        "ratios": _real.ratios(legs),
         "why": None if "lerobot" in loaders else f"LeRobot leg not run (loaders: {loaders})",
         "probe": p,
         "bytes_per_sample": {
@@ -269,7 +270,10 @@ def main() -> int:
     parser.add_argument("--loaders", default=None, help="throughput legs (default raw,pi_loader,lerobot)")
     parser.add_argument("--workers", default="2", help="worker counts of the throughput legs")
     parser.add_argument(
-        "--repeats", type=int, default=None, help="runs of every leg, the best counts (full: 2, else 1)"
+        "--repeats",
+        type=int,
+        default=MIN_REPEATS,
+        help=f"runs of every leg, interleaved; figures are the median and spread (>= {MIN_REPEATS})",
     )
     parser.add_argument("--measure-s", type=float, default=None)
     parser.add_argument("--probe-batches", type=int, default=None)
@@ -312,7 +316,8 @@ def main() -> int:
     args.real_duration_s = args.real_duration_s or d["dur"]
     args.real_px = args.real_px or d["px"]
     args.measure_s = args.measure_s or d["measure"]
-    args.repeats = args.repeats or (2 if mode == "full" else 1)
+    if args.repeats < MIN_REPEATS:
+        parser.error(f"--repeats must be >= {MIN_REPEATS} (a median with its spread), got {args.repeats}")
     args.probe_batches = args.probe_batches or d["batches"]
     args.loaders = args.loaders or ("raw,pi_loader" if mode == "smoke" else "raw,pi_loader,lerobot")
     unknown = set(args.loaders.split(",")) - set(_real.LEG_LABELS)

@@ -111,6 +111,13 @@ def test_a_figure_without_spread_is_never_compared(tmp_path: Path) -> None:
     assert done.returncode == 1 and "at least 3 are needed" in done.stderr, done.stderr
 
 
+def test_a_baseline_with_no_spread_at_all_is_not_a_pass(tmp_path: Path) -> None:
+    legacy = {"legacy": 1.2, "needs_rerun": "one run"}
+    now = _trainer(_spread(1.1, 1.2, 1.3), _spread(0.85, 0.9, 0.95), 100.0)
+    done = _check(tmp_path, "trainer", _trainer(legacy, legacy, 100.0), now)
+    assert done.returncode == 2 and "no ratio compared" in done.stderr, done.stdout + done.stderr
+
+
 def test_lower_is_better_ratios_and_missing_ones(tmp_path: Path) -> None:
     base = {
         "throughput": {

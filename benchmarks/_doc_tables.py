@@ -1,0 +1,395 @@
+"""The tables `benchmarks.render_docs` writes into the READMEs, one function per block, each a
+pure function of the committed JSON under `benchmarks/baselines/` (and, for the normalization
+statistics' bound, of `pi_format.stats.rank_error_bound`): nothing here is typed by hand.
+
+A figure measured as a median with its spread reads "median (min–max)"; one committed before
+that rule reads "value (why, needs rerun)" (`benchmarks._figures.text_of`), and a target is
+met only when its whole spread clears it, so a legacy figure never reads as a pass.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from benchmarks._figures import text_of
+
+Table = list[list[str]]
+# Leg names of the loader benchmark's JSON (benchmarks/loader/_report.py LOADERS), as the table
+# names them; a leg missing here is shown by its JSON name.
+LOADER_LABELS = {
+    "raw": "raw decode limit (intra-only H.264, swscale RGB)",
+    "raw_cached": "raw decode limit, chunk decoders in an LRU",
+    "raw_numpy": "raw decode limit, numpy yuv420p→RGB",
+    "pi_loader": "pi_loader (`Loader`, global shuffle)",
+    "pi_loader_lean": "pi_loader, lean caches",
+    "pi_loader_block": "pi_loader, block shuffle of 10",
+    "pi_loader_torch": "pi_loader `Dataset` in torch DataLoader",
+    "lerobot": "LeRobotDataset v3 (AV1, torchcodec)",
+    "mosaic": "Mosaic streaming (JPEG)",
+}
+VERDICT = {True: "met", False: "missed", None: "not measured"}
+# steps per episode at which the rank-error bound is tabled (the benchmark's episodes: 300-3,000)
+BOUND_STEPS = (50, 100, 300, 1_000, 1_650, 3_000, 10_000)
+
+
+def markdown(header: list[str], rows: Table) -> str:
+    """A Markdown table."""
+    lines = ["| " + " | ".join(header) + " |", "|" + " --- |" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines)
+
+
+def _num(value: Any, fmt: str = "{:,.1f}") -> str:
+    return "-" if value is None else fmt.format(value)
+
+
+def _short(value: float | None) -> str:
+    """4 significant digits, thousands as whole numbers."""
+    if value is None:
+        return "-"
+    return f"{value:,.0f}" if abs(value) >= 1000 else f"{value:.4g}"
+
+
+def _needs_rerun(doc: dict[str, Any]) -> str:
+    note = doc.get("needs_rerun")
+    if not note:
+        return ""
+    return f"\n\nNeeds a rerun: {', '.join(note['what'])} ({note['note']}; `{note['how']}`)."
+
+
+def loader(b: Path) -> str:
+    doc = json.loads((b / "loader.json").read_text())
+    legs: dict[str, dict[int, dict[str, Any]]] = {}
+    for leg in doc["legs"]:
+        legs.setdefault(leg["loader"], {})[int(leg["workers"])] = leg
+    repeats = sorted({int(leg.get("repeat", 0)) for leg in doc["legs"]})
+    rows = []
+    for name, by_w in legs.items():
+        one, two = by_w.get(1, {}), by_w.get(2, {})
+        rows.append(
+            [
+                LOADER_LABELS.get(name, name),
+                text_of(one.get("samples_per_s"), "{:,.0f}"),
+                text_of(two.get("samples_per_s"), "{:,.0f}"),
+                " / ".join(_num(leg.get("cpu_ms_per_sample"), "{:.2f}") for leg in (one, two)),
+                _num(two.get("peak_memory_mb"), "{:,.0f}"),
+            ]
+        )
+    table = markdown(
+        ["loader", "1 worker", "2 workers", "CPU ms/sample (1 / 2)", "peak MB (2 workers)"], rows
+    )
+    r = doc["ratios"]
+    first = doc["time_to_first_batch"]
+    targets = [
+        f"≥5× LeRobot: {VERDICT[doc['targets'].get('pi_loader >= 5x LeRobotDataset (every worker count)')]} "
+        f"({text_of(r['1']['pi_loader_vs_lerobot'])} with 1 worker, "
+        f"{text_of(r['2']['pi_loader_vs_lerobot'])} with 2)",
+        f"≥70% of the decode limit with 2 workers: "
+        f"{VERDICT[doc['targets'].get('>= 70% of the raw decode limit with 2 workers')]} "
+        f"({text_of(r['2']['pi_loader_vs_limit'])})",
+        f"first batch on {first['episodes']:,} episodes via SQL < 5 s: "
+        f"{VERDICT[doc['targets'].get('time to first batch < 5 s on 1000 episodes')]} "
+        f"({first['first_batch_from_spawn_s']:.2f} s from process start, one run; "
+        f"{first['peak_memory_mb']:.0f} MB)",
+    ]
+    storage = ", ".join(f"{k} {v} MB" for k, v in doc.get("storage_mb", {}).items())
+    return (
+        f"`baselines/loader.json` ({doc['data']['episodes']} episodes of "
+        f"{doc['data']['episode_duration_s']:g} s, batch {doc['sample']['batch_size']}, "
+        f"{len(repeats)} run(s) per leg; samples/s):\n\n"
+        f"{table}\n\n"
+        + "\n".join(f"- {t}" for t in targets)
+        + f"\n\nOn disk for the same episodes: {storage}."
+        + _needs_rerun(doc)
+    )
+
+
+def scale(b: Path) -> str:
+    doc = json.loads((b / "scale.json").read_text())
+    rows = []
+    for s in sorted(doc["sizes"], key=lambda s: s["episodes"]):
+        c, q, p = s["commit"], s["catalog_queries"], s.get("probe") or {}
+        workers = [w.get("hwm_mb") for w in p.get("workers", []) if w.get("hwm_mb") is not None]
+        rows.append(
+            [
+                f"{s['episodes']:,}",
+                f"{c['per_episode_ms']['p50']:.1f} ({c['per_episode_cpu_ms']['p50']:.1f})",
+                _num(c["catalog_record_ms"]["p50"], "{:.0f}"),
+                f"{s['delta_log']['episodes']['log_bytes'] / 2**20:.2f} "
+                f"({s['delta_log']['episodes']['last_checkpoint_bytes'] / 2**20:.2f})",
+                _num(p.get("open_s"), "{:.2f}"),
+                f"{_num((p.get('main') or {}).get('hwm_mb'), '{:.0f}')} / "
+                f"{_num(max(workers, default=None), '{:.0f}')}",
+                f"{_num(p.get('bytes_read_per_sample'), '{:,.0f}')} "
+                f"({_num(s['bytes_per_sample'].get('read_vs_encoded_chunks'), '{:.2f}')}×)",
+                f"{q['selection']['p50']:.1f} / {q['group_by']['p50']:.1f} ({q['session_only']['p50']:.1f})",
+            ]
+        )
+    header = [
+        "episodes",
+        "commit ms/episode p50 (CPU)",
+        "catalog record ms",
+        "Delta log MB, episodes (last checkpoint)",
+        "open s",
+        "main / worker peak MB",
+        "bytes read per sample (× encoded rows)",
+        "selection / group-by ms p50 (`SELECT 1`)",
+    ]
+    targets = []
+    for name, d in doc["targets_detail"].items():
+        verdict = d.get("verdict") or VERDICT[d["met"]]
+        why = f": {d['why']}" if d.get("why") and d["met"] is not True else ""
+        targets.append(
+            f"- `{name}` ({d['limit']}): **{verdict}**, {text_of(d['value'])} at {d['judged_at']}{why}"
+        )
+    t = doc["throughput"]
+    rates = "; ".join(
+        f"{w} workers: " + ", ".join(f"{k} {text_of(v, '{:,.0f}')}" for k, v in per.items())
+        for w, per in t["rates"].items()
+    )
+    return (
+        f"`baselines/scale.json` ({doc['mode']} mode; lakes of "
+        + ", ".join(f"{s['episodes']:,}" for s in doc["sizes"])
+        + f" episodes):\n\n{markdown(header, rows)}\n\n"
+        f"Throughput on {t['data']['episodes']} distinct real episodes, samples/s: {rates}.\n\n"
+        + "\n".join(targets)
+        + _needs_rerun(doc)
+    )
+
+
+def trainer(b: Path) -> str:
+    doc = json.loads((b / "trainer.json").read_text())
+    rows = []
+    for leg in doc["legs"]:
+        compute = leg.get("compute_ms_per_step", (leg.get("ms_per_step") or {}).get("compute"))
+        rows.append(
+            [
+                leg["framework"],
+                str(leg["workers"]),
+                text_of(leg["samples_per_s"], "{:.0f}"),
+                text_of(leg["data_wait_fraction"], "{:.1%}"),
+                text_of(compute, "{:.0f}"),
+            ]
+        )
+    table = markdown(["framework", "workers", "samples/s", "data wait", "compute ms/step"], rows)
+    ratios = "; ".join(
+        f"{fw}: 2 workers / 0 {text_of(r['speedup_2_vs_0_workers'])}, not waiting with 2 "
+        f"{text_of(r['not_waiting_2_workers'])}"
+        for fw, r in doc["ratios"].items()
+    )
+    repeats = doc["config"].get("repeats", 1)
+    return (
+        f"`baselines/trainer.json` ({doc['mode']}, batch {doc['config']['batch_size']}, "
+        f"{doc['config']['steps']} steps a leg, {repeats} run(s) per leg):\n\n{table}\n\nRatios: {ratios}."
+        + _needs_rerun(doc)
+    )
+
+
+def steps_window(b: Path) -> str:
+    doc = json.loads((b / "steps_window.json").read_text())
+    rows = []
+    for d in doc["durations"]:
+        for i, (name, lay) in enumerate(d["layouts"].items()):
+            rows.append(
+                [
+                    f"{d['duration_s']:g} s ({d['steps_per_episode']:,} steps)" if i == 0 else "",
+                    name.replace("_", " "),
+                    f"{lay['bytes_read_per_sample'] / 1000:.1f} ({lay['steps_bytes_per_sample'] / 1000:.1f})",
+                    f"{lay['steps_reads_per_sample']:.2f}",
+                    f"{lay['read_vs_encoded_chunks']:.2f}",
+                    text_of(lay["cpu_ms_per_sample"], "{:.2f}"),
+                    text_of(d.get("cpu_groups_vs_one_per_episode"), "{:.2f}") if i == 0 else "",
+                ]
+            )
+    header = [
+        "episode",
+        "steps layout",
+        "kB read per sample (of it steps)",
+        "steps row groups per sample",
+        "× encoded chunks",
+        "CPU ms per sample",
+        "CPU groups / one per episode",
+    ]
+    c = doc["config"]
+    return (
+        f"`baselines/steps_window.json` ({c['episodes']} copies per lake at {c['px']} px, "
+        f"{c['samples']} cold samples, {c['repeats']} runs per layout interleaved):\n\n"
+        + markdown(header, rows)
+    )
+
+
+def norm_bound(b: Path) -> str:
+    from pi_format.stats import GRID_V1, rank_error_bound
+
+    def bound(steps_per_episode: float) -> float:
+        return rank_error_bound(0.01, 1, max(int(steps_per_episode), 1))
+
+    # the bound is floor + slope / s̄ (s̄: mean steps per episode); both read off the function
+    floor = rank_error_bound(0.01, 0, 1)
+    slope = (bound(1_000) - floor) * 1_000
+    crossing = slope / (0.01 - floor)  # where the bound reaches the 1% target
+    cells = [f"{100 * bound(s):.2f}%" for s in BOUND_STEPS]
+    return (
+        "Worst-case rank error of the merged q01/q99 (`pi_format.stats.rank_error_bound`), a function "
+        "of the mean steps per episode s̄ (for any data, any number of episodes): "
+        f"{100 * floor:.2f}% + {100 * slope:.0f}%/s̄ on the default grid (δ = {GRID_V1.delta:g}, "
+        f"ρ = {GRID_V1.ratio:g}). It is above the 1% target for episodes shorter than "
+        f"{crossing:.0f} steps on average.\n\n"
+        + markdown(["mean steps per episode", *(f"{s:,}" for s in BOUND_STEPS)], [["bound", *cells]])
+    )
+
+
+def norm_stats(b: Path) -> str:
+    path = b / "norm_stats.json"
+    if not path.exists():
+        return (
+            "No committed run (`baselines/norm_stats.json` is missing): run "
+            "`python -m benchmarks.norm_stats.run --out DIR`, copy `DIR/norm_stats.json` to "
+            "`benchmarks/baselines/` and rerun `python -m benchmarks.render_docs`."
+        )
+    doc = json.loads(path.read_text())
+    t, err, val = doc["times_ms"], doc["rank_error"], doc["value_error_over_q99_minus_q01"]
+    merge = doc["targets_detail"]["merge_under_100ms"]
+    steps = doc["steps"] / doc["episodes"]
+    rows = [
+        ["merge, mean/std/min/max/q01/q99 of both features, ms", text_of(t["merge"]["wall_ms"], "{:.1f}")],
+        [
+            "of it: decoding the sketches / quantiles / moments only, ms",
+            " / ".join(
+                text_of(t[k]["wall_ms"], "{:.1f}") for k in ("decode", "quantiles_only", "moments_only")
+            ),
+        ],
+        ["reading the rows' statistics columns (Parquet), ms", f"{t['read_rows_ms']:.0f} (one read)"],
+        [
+            "exact full pass (no video): in memory / reading the steps, s",
+            f"{t['full_pass_in_memory_ms'] / 1e3:.1f} / {t['full_pass_with_reads_ms'] / 1e3:.1f} (one pass)",
+        ],
+        [
+            "rank error of q01/q99, 28 dims (the bound at these lengths)",
+            f"max {100 * err['sketch']['max']:.3f}%, mean {100 * err['sketch']['mean']:.3f}% "
+            f"({100 * err['bound']:.2f}%)",
+        ],
+        ["value error of q01/q99, of (q99 − q01)", f"≤ {100 * max(val['q01_max'], val['q99_max']):.2f}%"],
+        ["sketch bytes per episode (both features)", f"{doc['bytes_per_episode']['sketches']:,}"],
+        [
+            "naive merge (length-weighted mean of per-episode q01/q99): rank error",
+            f"max {100 * err['naive_per_episode']['max']:.1f}%, "
+            f"mean {100 * err['naive_per_episode']['mean']:.1f}%",
+        ],
+        [
+            "fixed-edge histograms (256 bins over ±2π): rank error",
+            f"max {100 * err['histogram']['max']:.1f}%",
+        ],
+    ]
+    return (
+        f"`baselines/norm_stats.json` ({doc['episodes']:,} episodes, {doc['steps']:,} steps, "
+        f"{steps:,.0f} per episode on average; {doc['machine']['cpus']} CPUs, load average "
+        f"{doc['machine']['load_average_at_start'][0]:g} at the start):\n\n"
+        + markdown(["", ""], rows)
+        + f"\n\nTargets: rank error ≤ 1%: {VERDICT[doc['targets']['rank_error_at_most_1pct']]}; "
+        "merged in < 100 ms: "
+        f"{merge['verdict']} ({text_of(t['merge']['wall_ms'], '{:.1f}')} ms over the repeats)."
+    )
+
+
+def compaction(b: Path) -> str:
+    doc = json.loads((b / "compaction.json").read_text())
+    rows = [
+        [
+            c["metric"],
+            _short(c["before"]),
+            _short(c["after"]),
+            _num(c["after_over_before"], "{:.3f}"),
+        ]
+        for c in doc["comparison"]
+    ]
+    m, cfg = doc["maintenance"], doc["config"]
+    same = doc["samples_identical"]
+    return (
+        f"`baselines/compaction.json` ({cfg['episodes']:,} episodes in groups of {cfg['group']}; "
+        f"one run each side, warm legs the median of {cfg['warm_repeats']}; before and after are not "
+        f"interleaved, so their "
+        f"timing ratios are one observation, not a figure that holds):\n\n"
+        + markdown(["", "before", "after", "after / before"], rows)
+        + f"\n\nCompaction {m['compact_s']} s, GC {m['gc_s']} s, "
+        f"peak RSS {m['peak_rss_mb']['after_compact']:.0f} MB; "
+        f"samples identical {same['identical']}/{same['checked']}."
+    )
+
+
+def backfill_raw(b: Path) -> str:
+    doc = json.loads((b / "backfill_raw.json").read_text())
+    rows = [
+        [
+            f"{r['raw_files']:,}",
+            f"{r['whole_table_ms_per_episode']:.1f}",
+            f"{r['planned_files_ms_per_episode']:.2f}",
+            f"{r['plan_s_for_the_sample']:.2f} ({r['sampled_episodes']} episodes)",
+        ]
+        for r in doc["results"]
+    ]
+    return "`baselines/backfill_raw.json` (one run per size; warm page cache):\n\n" + markdown(
+        [
+            "raw files",
+            "filter the whole table, ms/episode",
+            "read the planned files, ms/episode",
+            "the plan, s",
+        ],
+        rows,
+    )
+
+
+def ingest(b: Path) -> str:
+    doc = json.loads((b / "ingest.json").read_text())
+    rows = [
+        [
+            str(r["parallelism"]),
+            f"{r['burst']['episodes_per_s']:.2f}",
+            f"{r['burst']['mb_per_s']:.2f}",
+            f"{r['freshness_p50_s']:.2f} / {r['freshness_p95_s']:.2f}",
+        ]
+        for r in doc["runs"]
+    ]
+    t = doc["targets"]
+    return (
+        "`baselines/ingest.json` (one burst of "
+        f"{doc['runs'][0]['burst']['episodes']} episodes per parallelism):\n\n"
+        + markdown(["sink parallelism", "episodes/s", "MB/s", "freshness p50 / p95 s"], rows)
+        + f"\n\nParallelism 2 / 1: {text_of(doc['speedup_p2_over_p1'], '{:.2f}')} (target ≥ 1.6×: "
+        f"{VERDICT[t['p2_at_least_1.6x_p1']]}); freshness p95 < 2 s: {VERDICT[t['freshness_p95_under_2s']]}."
+        + _needs_rerun(doc)
+    )
+
+
+def baselines(b: Path) -> str:
+    rows = []
+    for path in sorted(b.glob("*.json")):
+        doc = json.loads(path.read_text())
+        note = doc.get("needs_rerun")
+        if note:
+            state = f"needs a rerun: {', '.join(note['what'])}"
+        elif '"median"' in path.read_text():
+            state = "medians with their spread"
+        else:
+            state = "single runs (no ratio or target is judged on them)"
+        if doc.get("converted"):
+            state += " (recomputed from its own runs)"
+        rows.append([f"`{path.name}`", state])
+    return markdown(["file", "state of its figures"], rows)
+
+
+BLOCKS: dict[str, Callable[[Path], str]] = {
+    "backfill_raw": backfill_raw,
+    "baselines": baselines,
+    "compaction": compaction,
+    "ingest": ingest,
+    "loader": loader,
+    "norm_bound": norm_bound,
+    "norm_stats": norm_stats,
+    "scale": scale,
+    "steps_window": steps_window,
+    "trainer": trainer,
+}
