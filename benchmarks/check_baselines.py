@@ -13,7 +13,7 @@ nothing about a change. Per benchmark:
 | loader | `ratios.<1, 2>.pi_loader_vs_lerobot`: pi_loader / LeRobotDataset v3 samples/s | higher |
 | loader | `ratios.2.pi_loader_vs_limit`: pi_loader / the raw decode limit, 2 workers | higher |
 | scale | `throughput.ratios.2.pi_loader_vs_lerobot`, `throughput.ratios.2.pi_loader_vs_limit` | higher |
-| scale | `throughput.bytes_per_sample.read_vs_encoded_chunks`: bytes read / encoded video rows | lower |
+| scale | `throughput.bytes_per_sample.read_vs_encoded_chunks`: bytes read / encoded video rows (a count for a seeded order: one number is exact) | lower |
 
 The rule is the targets' rule (`benchmarks._figures.regression`): the bound is the baseline's
 median moved by `--tolerance` (default 0.25, i.e. 25%) the worse way; a ratio is ok only when
@@ -43,7 +43,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks._figures import FiguresError, regression, spread_of
+from benchmarks._figures import MIN_REPEATS, FiguresError, Spread, regression, spread_of
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent
@@ -61,6 +61,9 @@ class Ratio:
 
     path: str
     higher_is_better: bool = True
+    # a count, not a timing (bytes read per sample for a seeded order): the same every run, so
+    # one number is its whole spread
+    exact: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,7 +104,7 @@ BENCHMARKS: dict[str, Benchmark] = {
         (
             Ratio("throughput.ratios.2.pi_loader_vs_lerobot"),
             Ratio("throughput.ratios.2.pi_loader_vs_limit"),
-            Ratio("throughput.bytes_per_sample.read_vs_encoded_chunks", higher_is_better=False),
+            Ratio("throughput.bytes_per_sample.read_vs_encoded_chunks", higher_is_better=False, exact=True),
         ),
     ),
 }
@@ -122,6 +125,13 @@ def lookup(results: Any, path: str) -> Any:
     return node
 
 
+def _figure(node: Any, exact: bool) -> Spread | None:
+    """The spread a JSON node holds; for an exact figure a plain number is its own spread."""
+    if exact and isinstance(node, int | float) and not isinstance(node, bool):
+        return Spread(float(node), float(node), float(node), (float(node),) * MIN_REPEATS)
+    return spread_of(node)
+
+
 def compare(
     benchmark: Benchmark, baseline: dict[str, Any], current: dict[str, Any], tolerance: float
 ) -> tuple[list[dict[str, Any]], list[str]]:
@@ -135,7 +145,7 @@ def compare(
         base_node, now_node = lookup(baseline, ratio.path), lookup(current, ratio.path)
         row: dict[str, Any] = {"ratio": ratio.path, "baseline": None, "now": None, "regression": None}
         try:
-            base, now = spread_of(base_node), spread_of(now_node)
+            base, now = _figure(base_node, ratio.exact), _figure(now_node, ratio.exact)
         except FiguresError as err:
             row["status"] = "FAIL: not a valid spread"
             failures.append(f"{ratio.path}: {err}")

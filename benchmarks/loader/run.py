@@ -30,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from benchmarks._figures import MIN_REPEATS, interleaved
 from benchmarks.loader._data import DataConfig, build_big_lake, build_lake, export_episodes
 from benchmarks.loader._report import LABELS, LOADERS, plot, print_table, summarize, tree_bytes
 from benchmarks.loader._runner import run_leg
@@ -86,7 +87,12 @@ def main() -> int:
     parser.add_argument("--measure-s", type=float, default=None, help="counted seconds per leg (max)")
     parser.add_argument("--workers", default="1,2", help="comma-separated worker counts")
     parser.add_argument("--loaders", default=",".join(LOADERS))
-    parser.add_argument("--repeats", type=int, default=1, help="runs of every leg; the best one counts")
+    parser.add_argument(
+        "--repeats",
+        type=int,
+        default=MIN_REPEATS,
+        help=f"runs of every leg, interleaved; figures are the median and spread (>= {MIN_REPEATS})",
+    )
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--horizon", type=int, default=50)
     parser.add_argument(
@@ -101,6 +107,8 @@ def main() -> int:
     parser.add_argument("--peers-venv", type=Path, default=HERE / ".venv-peers")
     parser.add_argument("--out", type=Path, default=HERE / "results")
     args = parser.parse_args()
+    if args.repeats < MIN_REPEATS:
+        parser.error(f"--repeats must be >= {MIN_REPEATS} (a median with its spread), got {args.repeats}")
 
     episodes = args.episodes or (8 if args.quick else 24)
     duration_s = args.duration_s or (6.0 if args.quick else 8.0)
@@ -143,9 +151,12 @@ def main() -> int:
 
     common = ["--batch-size", str(args.batch_size), "--warmup-batches", "3", "--measure-s", str(measure_s)]
     legs: list[dict[str, Any]] = []
-    # Repeats go round the whole set of legs, so a burst of load on this shared machine hits
-    # every loader alike; each (loader, workers) keeps its best run.
-    runs = [(r, w, name) for r in range(args.repeats) for w in workers for name in loaders]
+    # Repeats go round the whole set of legs, interleaved with the order rotated each repeat, so
+    # a burst of load on this shared machine hits every loader alike; figures are the median and
+    # spread over the repeats, ratios taken repeat by repeat (benchmarks._figures).
+    runs = [
+        (r, w, name) for r, (w, name) in interleaved([(w, n) for w in workers for n in loaders], args.repeats)
+    ]
     for repeat, w, name in runs:
         if name.startswith(("raw", "pi_loader")):
             leg = "raw" if name.startswith("raw") else "pi_loader"
@@ -212,9 +223,7 @@ def main() -> int:
     )
     ttfb.update(episodes=args.big_episodes, workers=2, sql="SELECT episode_id FROM episodes")
     storage = {"pi-lake": lake, **peer_roots}
-    storage_mb = {
-        name: round(tree_bytes(path) / 2**20, 1) for name, path in storage.items() if path.exists()
-    }
+    storage_mb = {name: round(tree_bytes(path) / 2**20, 1) for name, path in storage.items() if path.exists()}
     results = summarize(legs, ttfb, config=config, args=args, measure_s=measure_s)
     results["storage_mb"] = storage_mb
     args.out.mkdir(parents=True, exist_ok=True)

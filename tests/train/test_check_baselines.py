@@ -127,11 +127,11 @@ def test_lower_is_better_ratios_and_missing_ones(tmp_path: Path) -> None:
                     "pi_loader_vs_limit": _spread(0.8, 0.8, 0.8),
                 }
             },
-            "bytes_per_sample": {"read_vs_encoded_chunks": _spread(1.1, 1.1, 1.1)},
+            "bytes_per_sample": {"read_vs_encoded_chunks": 1.1},  # a count: one number is exact
         }
     }
     worse = json.loads(json.dumps(base))
-    worse["throughput"]["bytes_per_sample"]["read_vs_encoded_chunks"] = _spread(1.5, 1.5, 1.5)
+    worse["throughput"]["bytes_per_sample"]["read_vs_encoded_chunks"] = 1.5
     del worse["throughput"]["ratios"]["2"]["pi_loader_vs_limit"]
     done = _check(tmp_path, "scale", base, worse)
     assert done.returncode == 1
