@@ -13,7 +13,7 @@ nothing about a change. Per benchmark:
 | loader | `ratios.<1, 2>.pi_loader_vs_lerobot`: pi_loader / LeRobotDataset v3 samples/s | higher |
 | loader | `ratios.2.pi_loader_vs_limit`: pi_loader / the raw decode limit, 2 workers | higher |
 | scale | `throughput.ratios.2.pi_loader_vs_lerobot`, `throughput.ratios.2.pi_loader_vs_limit` | higher |
-| scale | `throughput.bytes_per_sample.read_vs_encoded_chunks`: bytes read / encoded video rows (a count for a seeded order: one number is exact) | lower |
+| scale | `throughput.bytes_per_sample.read_vs_encoded_chunks`: bytes / encoded rows (exact) | lower |
 
 The rule is the targets' rule (`benchmarks._figures.regression`): the bound is the baseline's
 median moved by `--tolerance` (default 0.25, i.e. 25%) the worse way; a ratio is ok only when
