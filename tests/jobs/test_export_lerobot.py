@@ -138,21 +138,26 @@ def test_lerobot_opens_the_export(exported: tuple[FakeLake, Path]) -> None:
     _need_lerobot()
     lake, out = exported
     script = f"""
-import sys
+import json, sys
 sys.path.insert(0, {str(REPO / "benchmarks/loader/peers")!r})
 import _compat
 _compat.patch_torchvision()
-import numpy as np
 from lerobot.datasets.lerobot_dataset import LeRobotDataset
 ds = LeRobotDataset("pilake/export", root={str(out)!r})
-print(len(ds), ds.num_episodes, ds.fps)
 item = ds[20]
-print(item["task"], item["observation.images.front"].shape, item["action"].numpy().tolist())
+print(json.dumps({{"frames": len(ds), "episodes": ds.num_episodes, "fps": ds.fps, "task": item["task"],
+                  "action": item["action"].numpy().tolist(),
+                  "state": item["observation.state"].numpy().tolist(),
+                  "front": (item["observation.images.front"].numpy() * 255).round().tolist()}}))
 """
     done = subprocess.run([str(PEERS_PYTHON), "-c", script], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
-    first, second = done.stdout.strip().splitlines()[-2:]
-    assert first.split()[:2] == ["42", "3"]
-    assert second.startswith("place") and np.allclose(
-        json.loads(second[second.index("[") :]), lake.episodes["ep-001"].action[6]
-    )
+    got = json.loads(done.stdout.strip().splitlines()[-1])
+    assert (got["frames"], got["episodes"], got["fps"]) == (42, 3, 10)
+    episode = lake.episodes["ep-001"]  # frame 20 is its step 6: past "grasp the mug" (steps 0-5)
+    assert got["task"] == "place"
+    assert np.array_equal(np.asarray(got["action"], np.float32), episode.action[6])
+    assert np.array_equal(np.asarray(got["state"], np.float32), episode.proprio[6])
+    front = np.transpose(np.asarray(got["front"]), (1, 2, 0))  # lerobot gives CHW floats in [0, 1]
+    rendered = episode.frames["front"][episode.camera_frame_index[6, 0]]
+    assert _psnr([front], [rendered]) > 24.0

@@ -72,6 +72,14 @@ def _cmd_hdf5(settings: Settings, args: argparse.Namespace) -> int:
     return _run(settings, args, episodes())
 
 
+def _cmd_lerobot(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_jobs.importing.lerobot import read_lerobot
+
+    return _run(
+        settings, args, read_lerobot(Path(args.dir), robot_type=args.robot_type, robot_id=args.robot_id)
+    )
+
+
 def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--robot-type", default=None, help="robot registry type (default: the layout's)")
     p.add_argument("--robot-id", default=None, help="robot id of the episodes (default: from the file)")
@@ -91,3 +99,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     h.add_argument("--task", default=None, help="task text, also imported as the instruction")
     _common(h)
     h.set_defaults(func=_cmd_hdf5)
+    r = isub.add_parser("lerobot", help="a LeRobot v3 dataset directory (tasks become instructions)")
+    r.add_argument("dir")
+    _common(r)
+    r.set_defaults(func=_cmd_lerobot)

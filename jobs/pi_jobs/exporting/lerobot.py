@@ -41,7 +41,7 @@ VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.m
 # lerobot's defaults for a new dataset (LeRobotDataset.create): what its readers expect in info.json
 _CHUNKS_SIZE = 1000
 _DATA_FILES_MB = 100
-_VIDEO_FILES_MB = 500
+_VIDEO_FILES_MB = 200
 _EPISODE_COLUMNS = [
     "episode_id",
     "attempt_id",
