@@ -255,27 +255,53 @@ class QuarantineRow:
     command: str
 
 
-def _preview(layout: LakeLayout, entry: Any) -> tuple[dict[str, str], ...]:
-    from pi_jobs.ops.quarantine import raw_rows
+def _previews(layout: LakeLayout, entries: list[Any]) -> dict[str, tuple[dict[str, str], ...]]:
+    """The first raw messages of each entry (what `pilake quarantine show` prints), read in one
+    scan of the raw table for the whole page (one scan per row cost ~20 ms each)."""
+    import pyarrow.compute as pc
 
+    if not entries:
+        return {}
     try:
-        rows = raw_rows(layout, entry).slice(0, _RAW_PREVIEW_MESSAGES).to_pylist()
-    except Exception as err:  # a raw table GC'd or unreadable: say so on the page, do not fail it
-        return ({"where": "-", "size": "-", "sha256": "-", "hex": f"raw rows unreadable: {err}", "text": ""},)
-    out = []
-    for r in rows:
-        message = bytes(r["message"])
-        head = message[:_RAW_PREVIEW_BYTES]
-        out.append(
-            {
-                "where": f"{r['kafka_topic']}/{r['kafka_partition']}@{r['kafka_offset']}",
-                "size": str(len(message)),
-                "sha256": hashlib.sha256(message).hexdigest()[:16],
-                "hex": head.hex(" "),
-                "text": "".join(chr(b) if 32 <= b < 127 else "." for b in head),
-            }
+        rows = _delta(
+            layout.raw,
+            columns=["attempt_id", "kafka_topic", "kafka_partition", "kafka_offset", "message"],
+            filters=[("attempt_id", "in", sorted({e.attempt_id for e in entries}))],
         )
-    return tuple(out)
+    except Exception as err:  # a raw table GC'd or unreadable: say so on the page, do not fail it
+        unreadable = (
+            {"where": "-", "size": "-", "sha256": "-", "hex": f"raw rows unreadable: {err}", "text": ""},
+        )
+        return {e.quarantine_id: unreadable for e in entries}
+    out: dict[str, tuple[dict[str, str], ...]] = {}
+    for e in entries:
+        mine = (
+            pa.table({"x": []})
+            if rows is None
+            else rows.filter(
+                (pc.field("attempt_id") == e.attempt_id)
+                & (pc.field("kafka_topic") == e.kafka_topic)
+                & (pc.field("kafka_partition") == e.kafka_partition)
+                & pc.field("kafka_offset").isin(list(e.kafka_offsets))
+            )
+        )
+        if mine.num_rows:
+            mine = mine.sort_by("kafka_offset").slice(0, _RAW_PREVIEW_MESSAGES)
+        previews = []
+        for r in mine.to_pylist():
+            message = bytes(r["message"])
+            head = message[:_RAW_PREVIEW_BYTES]
+            previews.append(
+                {
+                    "where": f"{r['kafka_topic']}/{r['kafka_partition']}@{r['kafka_offset']}",
+                    "size": str(len(message)),
+                    "sha256": hashlib.sha256(message).hexdigest()[:16],
+                    "hex": head.hex(" "),
+                    "text": "".join(chr(b) if 32 <= b < 127 else "." for b in head),
+                }
+            )
+        out[e.quarantine_id] = tuple(previews)
+    return out
 
 
 def quarantine_page(
@@ -286,6 +312,7 @@ def quarantine_page(
 
     entries = list_quarantine(layout, include_closed=include_closed)[::-1]
     shown = entries[page * page_size : (page + 1) * page_size]
+    previews = _previews(layout, shown)
     out = []
     for e in shown:
         offsets = e.kafka_offsets
@@ -305,7 +332,7 @@ def quarantine_page(
                 where,
                 e.size_bytes,
                 iso(e.quarantined_at_ns),
-                _preview(layout, e),
+                previews[e.quarantine_id],
                 command,
             )
         )

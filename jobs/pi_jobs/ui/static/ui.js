@@ -16,7 +16,8 @@
     const bars = uPlot.paths.bars({ size: [0.8, 40] });
     new uPlot({
       width: el.clientWidth - 2, height: 220,
-      scales: { x: { time: true } },
+      // an hour either side: one bar alone would otherwise span years of axis
+      scales: { x: { time: true, range: (u, min, max) => [min - 3600, max + 3600] } },
       legend: { show: false },
       series: [{}, { label: "episodes committed", stroke: COLORS[0], fill: "rgba(31,111,235,0.35)", paths: bars }],
       axes: [{}, { label: "episodes / hour" }],
