@@ -21,12 +21,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from tests.conftest import _free_port
+from tests.fixtures.metrics_scrape import scrape
 
-LAUNCHER = Path(__file__).resolve().parents[2] / "deploy" / "job" / "launch_stream_job.py"
-
-
+DEPLOY = Path(__file__).resolve().parents[2] / "deploy"
+LAUNCHER = DEPLOY / "job" / "launch_stream_job.py"
 
 
 def _rest(url: str, *, method: str = "GET") -> Any:
@@ -75,7 +76,16 @@ def test_launcher_submits_the_stream_job_from_a_settings_file(
         del env[name]  # the settings file alone configures the job
     settings = Settings.from_env(env)
     base = f"http://127.0.0.1:{rest_port}"
-    start_local_cluster(settings, LocalClusterConfig(slots=1))
+    # Flink's Prometheus reporter as the FlinkDeployment configures it (one port per pod there;
+    # here the JobManager and the TaskManager share a host, so a range of two)
+    reporter_port = _free_port()
+    deployment = yaml.safe_load((DEPLOY / "k8s" / "flink-deployment.yaml").read_text())
+    reporter = {
+        k: str(v) for k, v in deployment["spec"]["flinkConfiguration"].items() if k.startswith("metrics.")
+    }
+    assert reporter, "the FlinkDeployment configures no metrics reporter"
+    reporter["metrics.reporter.prom.port"] = f"{reporter_port}-{reporter_port + 1}"
+    start_local_cluster(settings, LocalClusterConfig(slots=1, extra=tuple(sorted(reporter.items()))))
     job_id = ""
     try:
         cmd = [
@@ -107,6 +117,22 @@ def test_launcher_submits_the_stream_job_from_a_settings_file(
 
         path = _poll("a completed checkpoint", 120, latest_checkpoint)
         assert path.startswith(checkpoints.replace("file:///", "file:/")), path
+
+        # the reporter serves the Flink series the alert rules use, for this job
+        served = {name for port in (reporter_port, reporter_port + 1) for name, _ in scrape(port)}
+        alerts = (DEPLOY / "prometheus" / "alerts.yaml").read_text()
+        used = set(re.findall(r"\bflink_[A-Za-z0-9_]+", alerts))
+        assert used and used <= served, (
+            f"alert rules name Flink series the reporter does not serve: {used - served}"
+        )
+        restarts = {  # job_id -> job_name (the label PilakeStreamRestarting's message names)
+            dict(labels).get("job_id"): dict(labels).get("job_name")
+            for port in (reporter_port, reporter_port + 1)
+            for (name, labels) in scrape(port)
+            if name == "flink_jobmanager_job_numRestarts"
+        }
+        assert restarts.get(job_id), restarts
+        assert any(n.startswith("flink_taskmanager_") for n in served)
     finally:
         if job_id:
             # the job may have ended already; stopping the cluster ends it anyway

@@ -91,6 +91,18 @@ def test_cluster_config_is_written_from_the_settings(tmp_path: Path) -> None:
     assert (conf / "log4j.properties").is_file()
 
 
+def test_extra_flink_configuration_is_written_and_cannot_replace_the_clusters_own(tmp_path: Path) -> None:
+    from pi_jobs.local.flink_cluster import LocalClusterConfig, write_cluster_config
+    from pi_jobs.settings import Settings
+
+    settings = Settings(home=tmp_path, flink_rest_url="http://127.0.0.1:18124")
+    extra = (("metrics.reporter.prom.port", "9300-9301"),)
+    conf = write_cluster_config(settings, LocalClusterConfig(slots=1, extra=extra))
+    assert 'metrics.reporter.prom.port: "9300-9301"' in (conf / "config.yaml").read_text().splitlines()
+    with pytest.raises(ValueError, match=r"may not set rest\.port"):
+        write_cluster_config(settings, LocalClusterConfig(extra=(("rest.port", "1"),)))
+
+
 def test_bad_cluster_settings_are_refused() -> None:
     from pi_jobs.local.flink_cluster import LocalClusterConfig
     from pi_jobs.local.flink_submit import rest_host_port

@@ -54,6 +54,9 @@ class LocalClusterConfig:
     # heartbeat RPCs) is declared lost after this: 30 s rather than Flink's 50 s, still far
     # above a GC pause on a loaded 2-core machine.
     heartbeat_timeout_ms: int = 30_000
+    # Further Flink configuration entries, (key, value) pairs, e.g. a metrics reporter (the keys
+    # of deploy/k8s/flink-deployment.yaml's Prometheus reporter); none may replace a key set above.
+    extra: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if not 1 <= self.slots <= 64:
@@ -152,6 +155,10 @@ def write_cluster_config(settings: Settings, config: LocalClusterConfig) -> Path
         "python.executable": python,
         "python.client.executable": python,
     }
+    for key, value in config.extra:
+        if key in values:
+            raise ValueError(f"LocalClusterConfig.extra may not set {key}: the local cluster sets it itself")
+        values[key] = value
     # The JVM flags Flink needs on Java 17, from the wheel's own config.yaml.
     for line in (home / "conf" / "config.yaml").read_text().splitlines():
         if line.strip().startswith("all: --add-"):
