@@ -34,7 +34,7 @@ import hashlib
 import json
 import math
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -206,15 +206,16 @@ class AnnotationStore:
         3
     """
 
-    def __init__(self, layout: LakeLayout) -> None:
+    def __init__(self, layout: LakeLayout, *, storage_options: Mapping[str, str] | None = None) -> None:
         self.layout = layout
+        self.storage_options = dict(storage_options) if storage_options else None
 
     def _table(self) -> Any:
         """The Delta table, or None for a lake that has no annotations table yet."""
         from deltalake import DeltaTable
 
         try:
-            return DeltaTable(self.layout.annotations)
+            return DeltaTable(self.layout.annotations, storage_options=self.storage_options)
         except Exception:  # deltalake's TableNotFoundError: a lake made before annotations
             return None
 
@@ -253,7 +254,8 @@ class AnnotationStore:
         rows = self.read_all(episode_ids)
         if rows.num_rows == 0:
             return rows
-        visible = read_committed(self.layout, ["episode_id"]).column("episode_id").combine_chunks()
+        committed = read_committed(self.layout, ["episode_id"], storage_options=self.storage_options)
+        visible = committed.column("episode_id").combine_chunks()
         return current_annotations(rows, visible, as_of_ns=as_of_ns, kinds=kinds)
 
     def append(self, annotations: Iterable[Annotation], *, writer_id: str = "annotate") -> int:

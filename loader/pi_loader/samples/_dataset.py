@@ -28,6 +28,7 @@ from pi_loader.reading._chunk_index import index_directory
 from pi_loader.reading._episodes_rows import segment_directory
 from pi_loader.reading._lake import EpisodeData, Stats, make_storage, pooled_stats
 from pi_loader.reading._row_groups import DEFAULT_FOOTER_CACHE_BYTES
+from pi_loader.samples._annotations import SpanValues, read_span_values
 from pi_loader.samples._fingerprint import dataset_fingerprint, dataset_summary
 from pi_loader.samples._fit import check_spec_fits, choose_cameras
 from pi_loader.samples._gather import ImageAllocator
@@ -185,6 +186,16 @@ class Dataset:
             sizes=sizes,
         )
         self._gather, self._reader = readers.gather, readers.reader
+        self._annotations: SpanValues | None = None
+        if self._spec.annotations:
+            # as the snapshot saw them: a reopened snapshot or pin gets the same text
+            self._annotations = read_span_values(
+                self._layout,
+                self.episode_ids,
+                self._spec.annotations,
+                as_of_ns=self._snapshot.created_at_ns,
+                storage_options=storage_options,
+            )
         self._packed_ids = (readers.episode_ids, readers.attempt_ids)
         self._order: np.ndarray | None = None
         log_opened(self._snapshot)  # JSON event per episode for `pilake trace`; off by default
@@ -455,7 +466,12 @@ class Dataset:
             raise IndexError(
                 f"flat sample index {int(bad[0])} out of range for a dataset of {len(self)} samples"
             )
-        return self._gather.batch(flat, allocate=allocate)
+        batch = self._gather.batch(flat, allocate=allocate)
+        annotations = self.__dict__.get("_annotations")
+        if annotations is not None:
+            episodes, steps = self._index.locate_many(flat)
+            batch.update(annotations.batch(episodes, steps))
+        return batch
 
     def image_shapes(self) -> dict[str, tuple[int, ...]]:
         """Largest shape of one sample's image array per image key: (H, W, 3), or

@@ -30,10 +30,13 @@ def dataset_fingerprint(snapshot: Snapshot, spec: SampleSpec, seed: int) -> str:
         >>> dataset_fingerprint(ds.snapshot, ds.spec, ds.seed) == ds.fingerprint
         True
     """
+    spec_fields = dataclasses.asdict(spec)
+    if not spec_fields["annotations"]:  # fingerprints of specs without them stay what they were
+        del spec_fields["annotations"]
     header = {
         "format": FINGERPRINT_FORMAT,
         "table_versions": sorted(snapshot.table_versions.items()),
-        "spec": dataclasses.asdict(spec),
+        "spec": spec_fields,
         "seed": int(seed),
     }
     digest = hashlib.sha256(json.dumps(header, sort_keys=True).encode())

@@ -42,6 +42,10 @@ class SampleSpec:
             statistics stored in the episodes table (no pass over the steps).
         crop: (top, left, height, width) cut from each frame before resizing, or None.
         resize: (height, width) of returned images (bilinear), or None for the stored size.
+        annotations: annotation kinds delivered with each sample (pi_format.lake annotations:
+            "instruction", "subtask", "quality_score", "tag"): "annotation.<kind>" holds the
+            value of the narrowest span holding the sample's step ("" where none, with
+            "annotation.<kind>_is_pad" True), as the selection's snapshot saw them.
 
     Raises:
         ValueError: an option out of range; TypeError: cameras given as a single str.
@@ -59,8 +63,20 @@ class SampleSpec:
     normalize: Normalization | None = None
     crop: tuple[int, int, int, int] | None = None
     resize: tuple[int, int] | None = None
+    annotations: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        from pi_format.lake.annotations import ANNOTATION_KINDS
+
+        if isinstance(self.annotations, str):
+            raise TypeError(
+                f"annotations must be a sequence of kinds, got the single str {self.annotations!r}; wrap it"
+            )
+        kinds = tuple(dict.fromkeys(str(k) for k in self.annotations))
+        unknown = [k for k in kinds if k not in ANNOTATION_KINDS]
+        if unknown:
+            raise ValueError(f"annotations must be among {list(ANNOTATION_KINDS)}, got {unknown}")
+        object.__setattr__(self, "annotations", kinds)
         if self.cameras is not None:
             if isinstance(self.cameras, str):
                 raise TypeError(
@@ -107,6 +123,7 @@ class SampleSpec:
             normalize=self.normalize,
             crop=self.crop,
             resize=self.resize,
+            annotations=self.annotations,
         )
 
 
