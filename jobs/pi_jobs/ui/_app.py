@@ -135,14 +135,15 @@ class _Pages:
     def video(self, request: Request) -> Response:
         episode_id = request.path_params["episode_id"]
         camera = request.path_params["camera"]
-        episode = _reads.read_episode(self.layout, episode_id)
-        if camera not in episode.cameras:
-            raise NotFound(f"episode {episode_id!r} has no camera {camera!r}; it has {list(episode.cameras)}")
+        row, _ = _reads.episode_rows(self.layout, episode_id)  # the visible attempt, no steps
+        attempt, cameras = str(row["attempt_id"]), list(row["cameras"])
+        if camera not in cameras:
+            raise NotFound(f"episode {episode_id!r} has no camera {camera!r}; it has {cameras}")
         cache = self.config.cache_dir
-        path = cached_mp4(cache, episode_id, episode.attempt_id, camera, None)
+        path = cached_mp4(cache, episode_id, attempt, camera, None)
         if not path.exists():
-            chunks = _reads.video_rows(self.layout, episode_id, episode.attempt_id, camera)
-            path = cached_mp4(cache, episode_id, episode.attempt_id, camera, chunks)
+            chunks = _reads.video_rows(self.layout, episode_id, attempt, camera)
+            path = cached_mp4(cache, episode_id, attempt, camera, chunks)
         # FileResponse answers Range requests (206 + Content-Range): the browser seeks in it
         return FileResponse(path, media_type="video/mp4", headers={"Cache-Control": "private, max-age=3600"})
 

@@ -156,15 +156,21 @@ def _series(steps: pa.Table, column: str) -> tuple[tuple[float, ...], ...]:
     return tuple(tuple(float(v[d]) for v in values) for d in range(len(values[0])))
 
 
-def read_episode(layout: LakeLayout, episode_id: str) -> Episode:
-    """The visible attempt of `episode_id` and its steps (NotFound when it is not visible)."""
+def episode_rows(layout: LakeLayout, episode_id: str) -> tuple[dict[str, Any], pa.Table]:
+    """The visible episodes row of `episode_id` (the lake's rule: `latest_commits`, deleted
+    episodes out) and every attempt's row; NotFound when it is not visible."""
     rows = _delta(layout.episodes, filters=[("episode_id", "=", episode_id)])
     if rows is None or rows.num_rows == 0:
         raise NotFound(f"episode {episode_id!r} is not in the lake at {layout.root}")
     visible = latest_commits(rows, read_deleted_ids(layout))
     if visible.num_rows == 0:
         raise NotFound(f"episode {episode_id!r} was deleted from the lake (`pilake episodes delete`)")
-    row = visible.to_pylist()[0]
+    return visible.to_pylist()[0], rows
+
+
+def read_episode(layout: LakeLayout, episode_id: str) -> Episode:
+    """The visible attempt of `episode_id` and its steps (NotFound when it is not visible)."""
+    row, rows = episode_rows(layout, episode_id)
     attempt = str(row["attempt_id"])
     attempts = tuple(
         {
@@ -354,14 +360,36 @@ class PinRow:
     first_episodes: tuple[str, ...]
 
 
-def pins_page(layout: LakeLayout, *, page: int, page_size: int) -> tuple[list[PinRow], int]:
-    """One page of the pins (by name), each checked with `check_dataset`, and the pin count."""
-    from pi_jobs.maintenance.datasets import check_dataset
+def check_pins(layout: LakeLayout, names: list[str]) -> list[Any]:
+    """`pi_jobs.maintenance.datasets.check_dataset` of each pin in `names`, with the episodes
+    table's rows read once for all of them (check_dataset reads them per pin): the same
+    functions on the same rows (`pinned_rows`, `content_hash`), tested equal to it."""
+    from deltalake import DeltaTable
+    from pi_format.lake import content_hash, pinned_rows
+    from pi_format.lake.pins import HASH_COLUMNS
 
-    summaries = sorted(PinStore(layout).summaries(), key=lambda p: p.name)
+    from pi_jobs.maintenance.datasets import DatasetCheck, get_dataset
+
+    if not names:
+        return []
+    rows = DeltaTable(layout.episodes).to_pyarrow_table(columns=list(HASH_COLUMNS))
     out = []
-    for summary in summaries[page * page_size : (page + 1) * page_size]:
-        check = check_dataset(layout, summary.name)
+    for name in names:
+        pin = get_dataset(layout, name)
+        found = pinned_rows(rows, pin.episode_ids, pin.attempt_ids)
+        present = found.num_rows
+        out.append(
+            DatasetCheck(pin, present, content_hash(found) if present == len(pin.episode_ids) else None)
+        )
+    return out
+
+
+def pins_page(layout: LakeLayout, *, page: int, page_size: int) -> tuple[list[PinRow], int]:
+    """One page of the pins (by name), each checked as `pilake dataset show` does, and the count."""
+    summaries = sorted(PinStore(layout).summaries(), key=lambda p: p.name)
+    shown = [p.name for p in summaries[page * page_size : (page + 1) * page_size]]
+    out = []
+    for check in check_pins(layout, shown):
         pin = check.pin
         out.append(
             PinRow(

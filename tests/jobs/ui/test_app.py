@@ -171,3 +171,31 @@ def test_token_required_off_loopback(ui_lake: UiLake) -> None:
         assert guarded.get("/pins").status_code == 200  # the cookie now
     with TestClient(create_app(_config(ui_lake, host="0.0.0.0", token=token))) as fresh:
         assert fresh.get("/pins", headers={"Authorization": f"Bearer {token}"}).status_code == 200
+
+
+def test_pin_integrity_is_check_dataset(ui_lake: UiLake, tmp_path: Path) -> None:
+    import shutil
+
+    from deltalake import DeltaTable
+    from pi_format import LakeLayout
+    from pi_format.lake import PinStore
+    from pi_jobs.maintenance.datasets import check_dataset, create_dataset
+    from pi_jobs.ui._reads import check_pins
+
+    # a copy of the lake with a second pin, whose marker row is then removed behind the lake's
+    # back (as a lost file would): that pin is no longer intact, the other one still is
+    root = tmp_path / "lake"
+    shutil.copytree(ui_lake.layout.root, root)
+    layout = LakeLayout(str(root))
+    create_dataset(layout, "ep1", episode_ids=["ep-001"])
+    names = sorted(p.name for p in PinStore(layout).summaries())
+    assert [(c.pin.name, c.rows_present, c.intact) for c in check_pins(layout, names)] == [
+        (n, check_dataset(layout, n).rows_present, check_dataset(layout, n).intact) for n in names
+    ]
+    assert all(c.intact for c in check_pins(layout, names))
+    DeltaTable(layout.episodes).delete("episode_id = 'ep-001'")
+    checks = check_pins(layout, names)
+    assert [(c.pin.name, c.rows_present, c.intact) for c in checks] == [
+        (n, check_dataset(layout, n).rows_present, check_dataset(layout, n).intact) for n in names
+    ]
+    assert [c.intact for c in checks] == [False, True]  # "ep1" lost its row; "picks" never had ep-001
