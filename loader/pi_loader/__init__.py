@@ -31,6 +31,7 @@ from pi_loader.reading._lake import Stats
 from pi_loader.samples._contact_sheet import contact_sheet
 from pi_loader.samples._dataset import Dataset
 from pi_loader.samples._gather import collate
+from pi_loader.samples._mixture import Mixture
 from pi_loader.samples._spec import SampleSpec
 from pi_loader.selection._agreement import HostsDisagreeError, agree, broadcast_snapshot
 from pi_loader.selection._snapshot import Snapshot
@@ -45,6 +46,7 @@ __all__ = [
     "LoaderStateError",
     "LoaderStats",
     "MissingSketchError",
+    "Mixture",
     "NormStats",
     "PiLoaderError",
     "SampleSpec",

@@ -29,6 +29,7 @@ from pi_loader.delivery._shared_batches import shared_memory_available
 from pi_loader.delivery._workers import WorkerPool, counter_deltas, read_counters
 from pi_loader.order._order import ShardSpec, block_order, check_seed, sample_order, shard_order
 from pi_loader.samples._dataset import Dataset
+from pi_loader.samples._mixture import Mixture
 
 STATE_FORMAT = "pi_loader.loader_state/1"
 # Bytes a sample's non-image arrays take in a batch at most, for the in-flight budget (a
@@ -40,7 +41,7 @@ class IdleWorkersWarning(UserWarning):
     """A Loader setting leaves workers with nothing to do (see `LoaderStats.idle_workers`)."""
 
 
-def _batch_bytes(dataset: Dataset, batch_size: int) -> int:
+def _batch_bytes(dataset: Dataset | Mixture, batch_size: int) -> int:
     images = sum(int(np.prod(shape)) for shape in dataset.image_shapes().values())
     return batch_size * (images + _SAMPLE_ARRAY_BYTES)
 
@@ -110,7 +111,8 @@ class Loader:
     any process.
 
     Args:
-        dataset: the Dataset (its seed, and its epoch as the start epoch, are used).
+        dataset: the Dataset, or a Mixture of them (its seed, and its epoch as the start epoch,
+            are used; a Mixture's order is its own weighted one, sharded the same way).
         batch_size: samples per batch.
         shard: this host's ShardSpec (default: ShardSpec.auto(), from torch.distributed or JAX).
         num_workers: reader/decoder processes; None (default): the host's cores less two
@@ -161,7 +163,7 @@ class Loader:
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: Dataset | Mixture,
         *,
         batch_size: int,
         shard: ShardSpec | None = None,
@@ -177,8 +179,12 @@ class Loader:
         shared_memory: bool = True,
         metrics_port: int | None = None,
     ) -> None:
-        if not isinstance(dataset, Dataset):
-            raise TypeError(f"dataset must be a pi_loader.Dataset, got {type(dataset).__name__}")
+        if not isinstance(dataset, Dataset | Mixture):
+            raise TypeError(f"dataset must be a pi_loader.Dataset or Mixture, got {type(dataset).__name__}")
+        if isinstance(dataset, Mixture) and block_size is not None:
+            raise ValueError(
+                "block_size is not supported with a Mixture (its order interleaves sources): pass None"
+            )
         if num_workers is None:
             num_workers = default_num_workers()
         for name, value, low in (
@@ -252,7 +258,9 @@ class Loader:
     def _epoch_order(self, epoch: int) -> np.ndarray:
         if self._order_cache is None or self._order_cache[0] != epoch:
             ds = self._dataset
-            if self._block_size is None:
+            if isinstance(ds, Mixture):
+                order = ds.epoch_order(epoch)
+            elif self._block_size is None:
                 order = sample_order(len(ds), seed=ds.seed, epoch=epoch)
             else:
                 order = block_order(ds.lengths, block_size=self._block_size, seed=ds.seed, epoch=epoch)
@@ -284,7 +292,7 @@ class Loader:
         return self._epoch
 
     @property
-    def dataset(self) -> Dataset:
+    def dataset(self) -> Dataset | Mixture:
         return self._dataset
 
     @property
@@ -332,7 +340,12 @@ class Loader:
         """Where the loader stands: JSON-serializable, small, valid in any process."""
         return {
             "format": STATE_FORMAT,
-            "fingerprint": self._dataset.snapshot.fingerprint,
+            # a Dataset's snapshot (states saved before mixtures stay valid), a Mixture's own
+            "fingerprint": (
+                self._dataset.fingerprint
+                if isinstance(self._dataset, Mixture)
+                else self._dataset.snapshot.fingerprint
+            ),
             "seed": self._dataset.seed,
             "epoch": self._epoch,
             "position": self._position,

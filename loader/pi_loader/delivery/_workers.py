@@ -25,12 +25,13 @@ from pi_loader.delivery._in_flight import InFlightPlan
 from pi_loader.delivery._shared_batches import ArrayPlacement, SlotPool, SlotTicket, SlotWriter, aligned_bytes
 from pi_loader.delivery._shared_dataset import SharedDatasetImage, SharedDatasetRef
 from pi_loader.samples._dataset import Dataset
+from pi_loader.samples._mixture import Mixture
 
 # How often the main process checks that workers are alive while it waits for a batch.
 _POLL_S = 1.0
 
 
-def read_counters(dataset: Dataset) -> dict[str, int]:
+def read_counters(dataset: Dataset | Mixture) -> dict[str, int]:
     """What `dataset` read in this process so far (`Dataset.read_stats`)."""
     return dataset.read_stats
 
@@ -40,7 +41,7 @@ def counter_deltas(before: dict[str, int], after: dict[str, int]) -> dict[str, i
 
 
 def _build(
-    dataset: Dataset, indices: np.ndarray, ticket: SlotTicket | None, writer: SlotWriter
+    dataset: Dataset | Mixture, indices: np.ndarray, ticket: SlotTicket | None, writer: SlotWriter
 ) -> tuple[dict[str, np.ndarray], dict[str, ArrayPlacement], list[str]]:
     """A batch for the main process: (arrays to pickle, arrays placed in the slot, key order)."""
     if ticket is None:
@@ -55,7 +56,7 @@ def _build(
 def _worker_main(shared: SharedDatasetRef, tasks: Any, results: Any) -> None:
     # Runs in a worker process: build batches until told to stop (None).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    dataset: Dataset = shared.load()
+    dataset: Dataset | Mixture = shared.load()
     parent = os.getppid()
     writer = SlotWriter()
     while True:
@@ -107,7 +108,7 @@ class WorkerPool:
 
     def __init__(
         self,
-        dataset: Dataset,
+        dataset: Dataset | Mixture,
         *,
         batch_size: int,
         num_workers: int,
