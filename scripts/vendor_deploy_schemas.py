@@ -39,6 +39,7 @@ KUBERNETES_KINDS = {
     "ObjectMeta": "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
 }
 STRIMZI_CRDS = ["040-Crd-kafka.yaml", "043-Crd-kafkatopic.yaml", "045-Crd-kafkanodepool.yaml"]
+REPORTER_EXAMPLES = "packaging/examples/metrics/strimzi-metrics-reporter"
 FLINK_CRDS = ["flinkdeployments.flink.apache.org-v1.yml"]
 PROMETHEUS_CRDS = ["podmonitors", "servicemonitors"]
 
@@ -124,9 +125,14 @@ def _crd_schemas(texts: list[str]) -> dict[str, Any]:
 def strimzi(repo: Path, version: str) -> dict[str, Any]:
     texts = [_show(repo, version, f"packaging/install/cluster-operator/{name}") for name in STRIMZI_CRDS]
     table = yaml.safe_load(_show(repo, version, "kafka-versions.yaml"))
+    # the series Strimzi's own dashboard for its metrics reporter reads: names the alert rules
+    # may use for Kafka (the reporter's names are fixed, not mapped by rules)
+    dashboard = _show(repo, version, f"{REPORTER_EXAMPLES}/grafana-dashboards/strimzi-kafka.json")
+    series = sorted(set(re.findall(r"\bkafka_[a-z0-9_]+_[a-z0-9_]+", dashboard)))
     return {
         "source": f"strimzi/strimzi-kafka-operator {version} ({_commit(repo, version)}) "
-        f"packaging/install/cluster-operator/ and kafka-versions.yaml",
+        f"packaging/install/cluster-operator/, kafka-versions.yaml and {REPORTER_EXAMPLES}/",
+        "metrics_reporter_series": series,
         "kinds": _crd_schemas(texts),
         "kafka_versions": [
             {"version": str(v["version"]), "metadata": str(v.get("metadata", "")),
