@@ -3,7 +3,7 @@
 Where it sits: beside `Dataset`, under `Loader` (which takes either). The order of an epoch is a
 pure function of (the sources and their snapshots, the weights, seed, epoch): each source gets
 `n_i` of the epoch's `N` samples by the largest-remainder split of `N * w_i` (so the realised
-share is within 0.5 / N of the weight: ±1% once N >= 50), the positions of each source's samples
+share is within 1 / N of the weight: ±1% once N >= 100), the positions of each source's samples
 in the epoch are a seeded shuffle of that multiset, and each source hands out its samples in its
 own seeded permutation, moving on through it across epochs (epoch e takes the source's samples
 e * n_i ... (e + 1) * n_i - 1 of an endless sequence of permutations), so an up-weighted source
