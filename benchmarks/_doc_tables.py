@@ -381,6 +381,27 @@ def baselines(b: Path) -> str:
     return markdown(["file", "state of its figures"], rows)
 
 
+def ui(b: Path) -> str:
+    doc = json.loads((b / "ui.json").read_text())
+    sizes = list(doc["sizes"])
+    largest = doc["sizes"][sizes[-1]]["pages"]
+    rows = [
+        [f"`{name}`"]
+        + [text_of(doc["sizes"][s]["pages"][name]["seconds"], "{:.3f}") for s in sizes]
+        + [largest[name]["target"]["verdict"]]
+        for name in largest
+    ]
+    header = ["page (server time, s)"] + [f"catalog of {int(s):,}" for s in sizes] + ["< 1 s at the largest"]
+    cfg = doc["config"]
+    return (
+        f"`baselines/ui.json` (lake of {cfg['lake_episodes']:,} episodes; median (min–max) of "
+        f"{cfg['repeats']} interleaved repeats per page, in process through starlette's TestClient):\n\n"
+        + markdown(header, rows)
+        + "\n\nEvery page under 1 s at the largest catalog: "
+        + ("yes." if doc["all_pages_under_target"] else "no.")
+    )
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "backfill_raw": backfill_raw,
     "baselines": baselines,
@@ -392,4 +413,5 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "scale": scale,
     "steps_window": steps_window,
     "trainer": trainer,
+    "ui": ui,
 }

@@ -234,12 +234,15 @@ def _plot(result: dict[str, Any], path: Path) -> None:
         med = np.array([pages[n]["seconds"]["median"] for n in names]) * 1e3
         lo = med - np.array([pages[n]["seconds"]["min"] for n in names]) * 1e3
         hi = np.array([pages[n]["seconds"]["max"] for n in names]) * 1e3 - med
-        ax.bar(x + k * width, med, width, yerr=[lo, hi], capsize=2, label=f"{int(size):,} episodes")
+        ax.bar(
+            x + k * width, med, width, yerr=[lo, hi], capsize=2, label=f"catalog of {int(size):,} episodes"
+        )
     ax.axhline(TARGET_S * 1e3, color="#d1242f", linestyle="--", label="target 1 s")
     ax.set_xticks(x + width * (len(sizes) - 1) / 2, names, rotation=20, ha="right")
     ax.set_ylabel("server time per page (ms), median and min-max")
     ax.set_yscale("log")
-    ax.set_title("pilake ui: server time of each page (TestClient, in process)")
+    lake = result["config"]["lake_episodes"]
+    ax.set_title(f"pilake ui: server time of each page (in process; lake of {lake:,} episodes)")
     ax.legend()
     fig.tight_layout()
     fig.savefig(path, dpi=110)
@@ -252,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--repeats", type=int, default=MIN_REPEATS)
     parser.add_argument("--quick", action="store_true", help="a catalog of 1,000 episodes only")
     parser.add_argument("--lake-episodes", type=int, default=1000, help="real episodes in the lake")
-    parser.add_argument("--out", default=None, help="output folder (default results/ui-<time>)")
+    parser.add_argument("--out", default=None, help="output folder (default benchmarks/ui/results/<time>)")
     parser.add_argument("--workdir", default=None, help="where the lake grows (default a temp dir, removed)")
     args = parser.parse_args(argv)
     sizes = (1000,) if args.quick else tuple(int(s) for s in args.sizes.split(","))
@@ -260,7 +263,7 @@ def main(argv: list[str] | None = None) -> int:
         raise SystemExit(
             f"--sizes must be >= --lake-episodes ({args.lake_episodes}): the catalog holds the lake"
         )
-    out = Path(args.out or f"results/ui-{time.strftime('%Y%m%d-%H%M%S')}")
+    out = Path(args.out or Path(__file__).resolve().parent / "results" / time.strftime("%Y%m%d-%H%M%S"))
     out.mkdir(parents=True, exist_ok=True)
     work = Path(args.workdir or tempfile.mkdtemp(prefix="pilake-ui-bench-"))
     lake, catalog = work / "lake", work / "catalog"
@@ -274,6 +277,7 @@ def main(argv: list[str] | None = None) -> int:
             "target_s": TARGET_S,
             "quarantine_rows": QUARANTINE_ROWS,
             "page_size": 50,
+            "lake_episodes": args.lake_episodes,
         },
         "machine": {"cpus": os.cpu_count(), "loadavg_start": list(os.getloadavg())},
         "sizes": {},
@@ -295,6 +299,8 @@ def main(argv: list[str] | None = None) -> int:
             shutil.rmtree(work, ignore_errors=True)
     small, large = str(min(sizes)), str(max(sizes))
     if small != large:
+        # the sizes run one after the other, not interleaved: an indication, not a judged ratio
+        result["growth_note"] = "median at the largest catalog / at the smallest; sizes measured in turn"
         result["growth"] = {
             name: round(
                 result["sizes"][large]["pages"][name]["seconds"]["median"]
