@@ -199,3 +199,20 @@ def test_pin_integrity_is_check_dataset(ui_lake: UiLake, tmp_path: Path) -> None
         (n, check_dataset(layout, n).rows_present, check_dataset(layout, n).intact) for n in names
     ]
     assert [c.intact for c in checks] == [False, True]  # "ep1" lost its row; "picks" never had ep-001
+
+
+def test_cli_refuses_an_open_host_without_a_token(
+    ui_lake: UiLake, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pi_jobs.cli import main
+    from pi_jobs.ui import is_loopback, url_of
+
+    monkeypatch.setenv("PILAKE_LAKE", ui_lake.layout.root)
+    monkeypatch.setenv("PILAKE_CATALOG", ui_lake.catalog)
+    assert main(["ui", "--host", "0.0.0.0", "--port", "0"]) == 1
+    assert "pass --token" in capsys.readouterr().err
+    loopback = {"127.0.0.1": True, "127.8.0.1": True, "::1": True, "localhost": True, "0.0.0.0": False}
+    assert {h: is_loopback(h) for h in loopback} == loopback
+    assert not is_loopback("10.0.0.2")
+    token = "x" * 20
+    assert url_of(_config(ui_lake, host="::", token=token, port=9)) == f"http://[::]:9/?token={token}"
