@@ -79,6 +79,8 @@ class TrainConfig:
     steps: int = 100
     sql: str | None = None
     dataset: str | None = None
+    # ((pin name, weight), ...): train on a pi_loader.Mixture of the lake's dataset pins
+    mix: tuple[tuple[str, float], ...] | None = None
     catalog: str | None = None
     out_dir: str = "runs/train"
     checkpoint_dir: str | None = None
@@ -125,6 +127,15 @@ class TrainConfig:
             _positive_int("threads", self.threads)
         if self.sql is not None and self.dataset is not None:
             raise ValueError("pass sql or dataset (a snapshot name), not both")
+        if self.mix is not None:
+            if self.sql is not None or self.dataset is not None:
+                raise ValueError("pass mix (weighted dataset pins) or sql/dataset, not both")
+            if not self.mix or any(
+                not isinstance(n, str) or not n or not isinstance(w, int | float) or not w > 0
+                for n, w in self.mix
+            ):
+                raise ValueError(f"mix must be (pin name, weight > 0) pairs, got {self.mix!r}")
+            object.__setattr__(self, "mix", tuple((str(n), float(w)) for n, w in self.mix))
         if (self.sql is not None or self.dataset is not None) and not self.catalog:
             raise ValueError("sql and dataset need catalog (the catalog path or URL)")
         if not isinstance(self.learning_rate, int | float) or not self.learning_rate > 0:

@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from pi_loader import Dataset, Loader, SampleSpec, ShardSpec, Snapshot, agree
+from pi_loader import Dataset, Loader, Mixture, SampleSpec, ShardSpec, Snapshot, agree
 
 from pi_train._backend import Backend, PolicyShape, make_backend
 from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig, loader_workers
@@ -77,8 +77,10 @@ def batch_digest(batch: Mapping[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
-def _open_dataset(config: TrainConfig, out: Path) -> Dataset:
+def _open_dataset(config: TrainConfig, out: Path) -> Dataset | Mixture:
     spec = SampleSpec(cameras=config.cameras, action_horizon=config.action_horizon, resize=config.image_size)
+    if config.mix is not None:
+        return _open_mixture(config, out, spec)
     arguments: dict[str, Any] = {"spec": spec, "seed": config.seed, "catalog": config.catalog}
     pinned = out / "snapshot.json"
     if config.resume and pinned.exists():
@@ -92,6 +94,40 @@ def _open_dataset(config: TrainConfig, out: Path) -> Dataset:
     return Dataset.shared(config.lake, **arguments)
 
 
+def _open_mixture(config: TrainConfig, out: Path, spec: SampleSpec) -> Mixture:
+    """The weighted pins of `config.mix`, each opened on every process as one snapshot (a
+    resumed run reopens the snapshots it recorded in `<out>/mixture.json`)."""
+    assert config.mix is not None  # checked by the caller; narrows the type
+    saved = out / "mixture.json"
+    recorded = json.loads(saved.read_text())["sources"] if config.resume and saved.exists() else None
+    sources: list[tuple[Dataset | str, float]] = []
+    for n, (name, weight) in enumerate(config.mix):
+        snapshot: Snapshot | str = Snapshot.from_json(recorded[n]["snapshot"]) if recorded else name
+        ds = Dataset.shared(
+            config.lake, snapshot=snapshot, spec=spec, seed=config.seed, catalog=config.catalog
+        )
+        sources.append((ds, weight))
+    return Mixture(sources, names=[name for name, _ in config.mix], seed=config.seed)
+
+
+def _record_selection(ds: Dataset | Mixture, out: Path) -> None:
+    """What the run reads, pinned (`snapshot.json`, or `mixture.json` with one per source)."""
+    if isinstance(ds, Mixture):
+        record = {
+            "sources": [
+                {"name": name, "weight": weight, "snapshot": source.snapshot.to_json()}
+                for name, weight, source in zip(ds.names, ds.weights, ds.sources, strict=True)
+            ],
+            "counts": ds.counts,
+            "fingerprint": ds.fingerprint,
+        }
+        text = json.dumps(record, indent=2).encode()
+        atomic_write(out / "mixture.json", lambda f: f.write(text))
+        return
+    snapshot = ds.snapshot.to_json().encode()
+    atomic_write(out / "snapshot.json", lambda f: f.write(snapshot))
+
+
 def _endless(loader: Loader, batch_size: int) -> Iterator[dict[str, np.ndarray]]:
     if loader.batches_per_epoch == 0:
         raise PiTrainError(
@@ -102,7 +138,7 @@ def _endless(loader: Loader, batch_size: int) -> Iterator[dict[str, np.ndarray]]
         yield from loader
 
 
-def _policy_shape(ds: Dataset, config: TrainConfig, norm: Normalization) -> PolicyShape:
+def _policy_shape(ds: Dataset | Mixture, config: TrainConfig, norm: Normalization) -> PolicyShape:
     keys = tuple(f"observation.images.{c}" for c in ds.cameras)
     shapes = ds.image_shapes()
     for key in keys:
@@ -206,9 +242,9 @@ def _run(
     out = Path(config.out_dir)
     rank0 = group.rank == 0
     ds = _open_dataset(config, out)
-    if rank0 and not (config.resume and (out / "snapshot.json").exists()):
-        text = ds.snapshot.to_json().encode()
-        atomic_write(out / "snapshot.json", lambda f: f.write(text))
+    pinned = out / ("mixture.json" if config.mix is not None else "snapshot.json")
+    if rank0 and not (config.resume and pinned.exists()):
+        _record_selection(ds, out)
     loader = Loader(
         ds,
         batch_size=config.batch_size,

@@ -25,6 +25,21 @@ def _image_size(text: str) -> tuple[int, int]:
     raise argparse.ArgumentTypeError(f"--image-size must be N or HxW, got {text!r}")
 
 
+def _mix(text: str) -> tuple[tuple[str, float], ...]:
+    """`pick-v1=0.7,place-v2=0.3` -> (("pick-v1", 0.7), ("place-v2", 0.3))."""
+    out = []
+    for part in text.split(","):
+        name, sep, weight = part.strip().partition("=")
+        try:
+            value = float(weight)
+        except ValueError:
+            value = -1.0
+        if not sep or not name or not value > 0:
+            raise argparse.ArgumentTypeError(f"--mix takes PIN=WEIGHT,... with weights > 0, got {part!r}")
+        out.append((name, value))
+    return tuple(out)
+
+
 def train_config_from_args(settings: Settings, args: argparse.Namespace) -> Any:
     """The `pi_train.TrainConfig` of a parsed `pilake train` command line.
 
@@ -40,6 +55,7 @@ def train_config_from_args(settings: Settings, args: argparse.Namespace) -> Any:
         catalog=args.catalog or settings.catalog_path,
         sql=args.sql,
         dataset=args.dataset,
+        mix=args.mix,
         framework=args.framework,
         steps=args.steps,
         batch_size=args.batch_size,
@@ -84,6 +100,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     which = p.add_mutually_exclusive_group()
     which.add_argument("--sql", default=None, help="ClickHouse SQL over the catalog returning episode_id")
     which.add_argument("--dataset", default=None, help="the name of a snapshot stored in the catalog")
+    which.add_argument(
+        "--mix",
+        type=_mix,
+        default=None,
+        help="weighted dataset pins of the lake: PIN=WEIGHT,PIN=WEIGHT (a pi_loader.Mixture)",
+    )
     p.add_argument("--framework", choices=("torch", "jax"), default="torch")
     p.add_argument("--steps", type=int, default=100, help="optimizer steps to reach")
     p.add_argument("--batch-size", type=int, default=32, help="samples per process per step")

@@ -338,21 +338,30 @@ class Mixture:
 
     # -- statistics ---------------------------------------------------------------------------
 
-    def norm_stats(self) -> dict[str, Any]:
-        """{"per_source": {name: Dataset.norm_stats()}, "merged": {key: NormStats}}: merged over
-        what an epoch yields (each source weighted by its samples per epoch, per dimension over
-        the sources that have it): mean/std/min/max exact; q01/q99 are not mergeable from
-        NormStats and stay None (normalise per source with its own, or with mean/std).
+    def source_norm_stats(self) -> dict[str, dict[str, NormStats]]:
+        """Per source (by name), its own `Dataset.norm_stats()`: normalise a source's samples
+        with its own statistics (the `source` key says which) where robots differ.
 
         Example:
-            >>> mix.norm_stats()["merged"]["action"].mean.shape   # (widest action dim,)
+            >>> mix.source_norm_stats()["pick-v1"]["action"].q01
         """
-        per = {n: d.norm_stats() for n, d in zip(self.names, self._sources, strict=True)}
+        return {n: d.norm_stats() for n, d in zip(self.names, self._sources, strict=True)}
+
+    def norm_stats(self) -> dict[str, NormStats]:
+        """Statistics of "observation.state" and "action" merged over what an epoch yields
+        (each source weighted by its samples per epoch; per dimension over the sources that have
+        it), in the shape of `Dataset.norm_stats()`: mean/std/min/max exact, q01/q99 None (they
+        do not merge from NormStats: use `source_norm_stats()` for quantiles).
+
+        Example:
+            >>> mix.norm_stats()["action"].mean.shape   # (the widest action dimension,)
+        """
+        per = self.source_norm_stats()
         merged = {}
         for key, width in (("observation.state", self._state_dim), ("action", self._action_dim)):
             stats = [per[n][key] for n in self.names]
             merged[key] = _merge(stats, self._counts.astype(np.float64), width)
-        return {"per_source": per, "merged": merged}
+        return merged
 
     # -- helpers ------------------------------------------------------------------------------
 

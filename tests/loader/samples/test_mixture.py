@@ -136,8 +136,8 @@ def test_sources_of_other_cameras_and_dims_share_one_spec(two_lakes: tuple[FakeL
     for row in np.flatnonzero(src == 0)[:3]:
         episode = a.episodes[str(batch["episode_id"][row])]
         assert np.array_equal(batch["observation.state"][row, :3], episode.proprio[int(batch["step"][row])])
-    merged = mix.norm_stats()["merged"]["action"]
-    per = mix.norm_stats()["per_source"]
+    merged = mix.norm_stats()["action"]
+    per = mix.source_norm_stats()
     want = (31 * per["a"]["action"].mean[:2] + 13 * per["b"]["action"].mean[:2]) / 44
     assert np.allclose(merged.mean[:2], want) and np.allclose(merged.mean[2:], per["b"]["action"].mean[2:])
     assert (
