@@ -191,7 +191,25 @@ def _error_handlers(pages: _Pages) -> dict[Any, Callable[[Request, Exception], A
     async def refused(request: Request, exc: Exception) -> Response:
         return PlainTextResponse(f"refused: {exc}", status_code=400)
 
-    return {NotFound: not_found, PathRefused: refused}
+    async def failed(request: Request, exc: Exception) -> Response:
+        # the catalog or the lake could not be read: say what failed, on a page, not a traceback
+        message = f"{type(exc).__name__}: {exc}"
+        return pages.render(
+            request, "error.html", 500, nav="", title="Could not read the lake", message=message
+        )
+
+    from pi_catalog import PiCatalogError
+    from pi_format.errors import PiFormatError
+
+    from pi_jobs.errors import PiJobsError
+
+    return {
+        NotFound: not_found,
+        PathRefused: refused,
+        PiCatalogError: failed,
+        PiFormatError: failed,
+        PiJobsError: failed,
+    }
 
 
 def _token_middleware(app: Any, token: str) -> Any:

@@ -70,6 +70,9 @@ def overview(catalog: Any, layout: LakeLayout, *, hours_shown: int = 168) -> Ove
     from pi_jobs.ops.freshness import read_freshness, summarize
     from pi_jobs.ops.quarantine import list_quarantine
 
+    # a catalog that nothing has written to yet gets its (empty) tables, as `pilake freshness`
+    # does: the page then says "0 episodes" instead of failing
+    catalog.ensure_schema()
     totals = catalog.query_arrow(
         "SELECT count() AS n, sum(duration_s) AS seconds, uniqExact(robot_id) AS robots, "
         "uniqExact(task) AS tasks, max(committed_at_ns) AS last FROM episodes"

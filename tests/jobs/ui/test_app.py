@@ -216,3 +216,14 @@ def test_cli_refuses_an_open_host_without_a_token(
     assert not is_loopback("10.0.0.2")
     token = "x" * 20
     assert url_of(_config(ui_lake, host="::", token=token, port=9)) == f"http://[::]:9/?token={token}"
+
+
+def test_a_new_install_with_no_lake_yet(tmp_path: Path) -> None:
+    config = UiConfig(
+        lake_root=str(tmp_path / "lake"), catalog=str(tmp_path / "catalog"), cache_dir=tmp_path / "c"
+    )
+    with TestClient(create_app(config)) as fresh:
+        assert 'id="n-episodes">0<' in _ok(fresh, "/")
+        assert "nothing to show" in _ok(fresh, "/quarantine")
+        assert "no pins" in _ok(fresh, "/pins")
+        assert fresh.get("/episode/ep-000").status_code == 404
