@@ -310,9 +310,8 @@ def compaction(b: Path) -> str:
     same = doc["samples_identical"]
     return (
         f"`baselines/compaction.json` ({cfg['episodes']:,} episodes in groups of {cfg['group']}; "
-        f"one run each side, warm legs the median of {cfg['warm_repeats']}; before and after are not "
-        f"interleaved, so their "
-        f"timing ratios are one observation, not a figure that holds):\n\n"
+        f"one run of each state, warm legs the median of {cfg['warm_repeats']}; before and after are not "
+        f"interleaved repeats, so the timed rows have no ratio):\n\n"
         + markdown(["", "before", "after", "after / before"], rows)
         + f"\n\nCompaction {m['compact_s']} s, GC {m['gc_s']} s, "
         f"peak RSS {m['peak_rss_mb']['after_compact']:.0f} MB; "
@@ -347,6 +346,7 @@ def ingest(b: Path) -> str:
     rows = [
         [
             str(r["parallelism"]),
+            str(int(r.get("repeat", 0)) + 1),
             f"{r['burst']['episodes_per_s']:.2f}",
             f"{r['burst']['mb_per_s']:.2f}",
             f"{r['freshness_p50_s']:.2f} / {r['freshness_p95_s']:.2f}",
@@ -355,9 +355,8 @@ def ingest(b: Path) -> str:
     ]
     t = doc["targets"]
     return (
-        "`baselines/ingest.json` (one burst of "
-        f"{doc['runs'][0]['burst']['episodes']} episodes per parallelism):\n\n"
-        + markdown(["sink parallelism", "episodes/s", "MB/s", "freshness p50 / p95 s"], rows)
+        f"`baselines/ingest.json` (bursts of {doc['runs'][0]['burst']['episodes']} episodes):\n\n"
+        + markdown(["sink parallelism", "run", "episodes/s", "MB/s", "freshness p50 / p95 s"], rows)
         + f"\n\nParallelism 2 / 1: {text_of(doc['speedup_p2_over_p1'], '{:.2f}')} (target ≥ 1.6×: "
         f"{VERDICT[t['p2_at_least_1.6x_p1']]}); freshness p95 < 2 s: {VERDICT[t['freshness_p95_under_2s']]}."
         + _needs_rerun(doc)
@@ -376,7 +375,7 @@ def baselines(b: Path) -> str:
         else:
             state = "single runs (no ratio or target is judged on them)"
         if doc.get("converted"):
-            state += " (recomputed from its own runs)"
+            state += " (converted without a new measurement: its `converted` note says how)"
         rows.append([f"`{path.name}`", state])
     return markdown(["file", "state of its figures"], rows)
 

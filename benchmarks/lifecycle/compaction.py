@@ -182,11 +182,15 @@ def row_value(state: dict[str, Any], kind: str, key: str) -> float | None:
 
 
 def comparison(before: dict[str, Any], after: dict[str, Any]) -> list[dict[str, Any]]:
+    """Before and after per metric; `after_over_before` for counts and sizes only. A timing's
+    before and after are legs of one state each, not interleaved repeats of both, so their
+    ratio is not a figure that holds (benchmarks._figures) and is left out (None)."""
     out = []
     for label, kind, key in ROWS:
         b, a = row_value(before, kind, key), row_value(after, kind, key)
-        ratio = None if a is None or not b else round(a / b, 3)
-        out.append({"metric": label, "before": b, "after": a, "after_over_before": ratio})
+        timed = key.startswith(("open_s", "samples_per_s", "cpu_ms"))
+        ratio = None if timed or a is None or not b else round(a / b, 3)
+        out.append({"metric": label, "before": b, "after": a, "after_over_before": ratio, "timed": timed})
     return out
 
 
