@@ -118,12 +118,13 @@ def test_launcher_submits_the_stream_job_from_a_settings_file(
         path = _poll("a completed checkpoint", 120, latest_checkpoint)
         assert path.startswith(checkpoints.replace("file:///", "file:/")), path
 
-        # the reporter serves the Flink series the alert rules use, for this job
+        # the reporter serves the Flink series the alert rules and the dashboard use, for this job
         served = {name for port in (reporter_port, reporter_port + 1) for name, _ in scrape(port)}
-        alerts = (DEPLOY / "prometheus" / "alerts.yaml").read_text()
-        used = set(re.findall(r"\bflink_[A-Za-z0-9_]+", alerts))
+        rules = (DEPLOY / "prometheus" / "alerts.yaml").read_text()
+        dashboard = (DEPLOY / "grafana" / "pilake.json").read_text()
+        used = set(re.findall(r"\bflink_[A-Za-z0-9_]+", rules + dashboard))
         assert used and used <= served, (
-            f"alert rules name Flink series the reporter does not serve: {used - served}"
+            f"alert rules or dashboard name Flink series the reporter does not serve: {used - served}"
         )
         restarts = {  # job_id -> job_name (the label PilakeStreamRestarting's message names)
             dict(labels).get("job_id"): dict(labels).get("job_name")

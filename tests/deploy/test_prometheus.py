@@ -29,6 +29,7 @@ PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 ALERTS = PROMETHEUS_DIR / "alerts.yaml"
 ALERTS_TEST = PROMETHEUS_DIR / "alerts_test.yaml"
 COMPOSE = ROOT / "deploy" / "compose" / "compose.yaml"
+DASHBOARD = ROOT / "deploy" / "grafana" / "pilake.json"
 
 
 def _promtool(*args: str) -> str:
@@ -65,9 +66,24 @@ def test_every_alert_fires_in_a_unit_test_and_names_registered_series() -> None:
     assert names == firing, f"alerts without a case where they fire: {names - firing}"
     assert names == quiet, f"alerts without a case where they stay quiet: {names - quiet}"
     registered = set(INGEST) | set(STREAM) | set(LOADER)
-    # Kafka's series: ones Strimzi's metrics reporter serves (its own dashboard's, vendored with
-    # the pinned Strimzi) and the Kafka resource's allowList lets through. Flink's are checked
-    # against a running Flink by tests/deploy/test_launcher_cluster.py.
+    for rule in _alerts():
+        for series in re.findall(r"\bpilake_[a-z0-9_]+", rule["expr"]):
+            base = re.sub(r"_(bucket|sum|count)$", "", series) if "_seconds_" in series else series
+            assert base in registered, f"{rule['alert']}: {series} is not registered"
+        for key in ("summary", "description"):
+            assert rule["annotations"][key], (rule["alert"], key)
+
+
+def test_the_kafka_and_clickhouse_series_of_alerts_and_dashboard_are_served() -> None:
+    """Kafka's: ones Strimzi's metrics reporter serves (the names its own dashboard reads,
+    vendored with the pinned Strimzi) that kafka.yaml's allowList lets through. ClickHouse's: its
+    endpoint exports system.events as ClickHouseProfileEvents_<event> and system.metrics as
+    ClickHouseMetrics_<metric>; the names are checked against ClickHouse's own tables (chdb).
+    Flink's are checked against a running Flink by tests/deploy/test_launcher_cluster.py."""
+    import chdb
+
+    exprs = [rule["expr"] for rule in _alerts()]
+    exprs += [t["expr"] for p in json.loads(DASHBOARD.read_text())["panels"] for t in p.get("targets", [])]
     strimzi = json.loads(
         (ROOT / "tests" / "deploy" / "schemas" / f"strimzi-{_strimzi_version()}.json").read_text()
     )
@@ -77,22 +93,24 @@ def test_every_alert_fires_in_a_unit_test_and_names_registered_series() -> None:
         if d["kind"] == "Kafka"
     )
     allow = kafka["spec"]["kafka"]["metricsConfig"]["values"]["allowList"]
-    for rule in _alerts():
-        for series in re.findall(r"\b(?:pilake|flink|kafka)_[A-Za-z0-9_]+", rule["expr"]):
-            base = re.sub(r"_(bucket|sum|count)$", "", series) if "_seconds_" in series else series
-            if base.startswith("kafka_"):
-                assert base in strimzi["metrics_reporter_series"], (
-                    f"{rule['alert']}: Strimzi serves no {base}"
-                )
-                assert any(re.fullmatch(p, base) for p in allow), (
-                    f"{rule['alert']}: kafka.yaml's allowList drops {base}"
-                )
-                continue
-            assert base in registered or base.startswith("flink_"), (
-                f"{rule['alert']}: {series} is not registered"
+    events = set(
+        str(chdb.query("SELECT event FROM system.events SETTINGS system_events_show_zero_values = 1", "CSV"))
+        .replace('"', "")
+        .split()
+    )
+    metrics = set(str(chdb.query("SELECT metric FROM system.metrics", "CSV")).replace('"', "").split())
+    kafka_used, clickhouse_used = set(), set()
+    for expr in exprs:
+        for name in re.findall(r"\bkafka_[a-z0-9_]+", expr):
+            kafka_used.add(name)
+            assert name in strimzi["metrics_reporter_series"], f"Strimzi's reporter serves no {name}"
+            assert any(re.fullmatch(p, name) for p in allow), f"kafka.yaml's allowList drops {name}"
+        for kind, name in re.findall(r"\bClickHouse(ProfileEvents|Metrics)_(\w+)", expr):
+            clickhouse_used.add(name)
+            assert name in (events if kind == "ProfileEvents" else metrics), (
+                f"ClickHouse has no {kind} {name}"
             )
-        for key in ("summary", "description"):
-            assert rule["annotations"][key], (rule["alert"], key)
+    assert kafka_used and clickhouse_used
 
 
 def test_the_compose_scrape_config_passes_promtool_and_names_served_ports() -> None:
