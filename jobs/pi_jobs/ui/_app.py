@@ -13,21 +13,20 @@ import secrets
 import threading
 from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 from urllib.parse import quote, urlencode
 
 from pi_format import LakeLayout
-from starlette.applications import Starlette
-from starlette.requests import Request
-from starlette.responses import FileResponse, PlainTextResponse, Response
-from starlette.routing import Route
-from starlette.templating import Jinja2Templates
 
-from pi_jobs.ui import _reads
+from pi_jobs.ui import _ops, _reads
 from pi_jobs.ui._errors import NotFound, PathRefused, QueryRefused
 from pi_jobs.ui._sql import run_select
 from pi_jobs.ui._video import cached_mp4, safe_join
 from pi_jobs.ui.config import UiConfig
+
+if TYPE_CHECKING:  # starlette is the `ui` extra, imported when an app is made
+    from starlette.requests import Request
+    from starlette.responses import Response
 
 HERE = Path(__file__).resolve().parent
 STATIC_DIR = HERE / "static"
@@ -51,6 +50,8 @@ class _Pages:
         self.catalog = catalog
         self.layout = LakeLayout(config.lake_root)
         self.catalog_lock = threading.Lock()
+        from starlette.templating import Jinja2Templates
+
         self.templates = Jinja2Templates(directory=str(TEMPLATE_DIR))
         env = self.templates.env
         env.filters["episode_url"] = lambda eid: "/episode/" + quote(str(eid), safe="")
@@ -144,13 +145,15 @@ class _Pages:
         if not path.exists():
             chunks = _reads.video_rows(self.layout, episode_id, attempt, camera)
             path = cached_mp4(cache, episode_id, attempt, camera, chunks)
+        from starlette.responses import FileResponse
+
         # FileResponse answers Range requests (206 + Content-Range): the browser seeks in it
         return FileResponse(path, media_type="video/mp4", headers={"Cache-Control": "private, max-age=3600"})
 
     def quarantine(self, request: Request) -> Response:
         page = self._page(request)
         include_closed = request.query_params.get("all") == "1"
-        rows, total = _reads.quarantine_page(
+        rows, total = _ops.quarantine_page(
             self.layout, page=page, page_size=self.config.page_size, include_closed=include_closed
         )
         return self.render(
@@ -166,7 +169,7 @@ class _Pages:
 
     def pins(self, request: Request) -> Response:
         page = self._page(request)
-        rows, total = _reads.pins_page(self.layout, page=page, page_size=self.config.page_size)
+        rows, total = _ops.pins_page(self.layout, page=page, page_size=self.config.page_size)
         return self.render(
             request,
             "pins.html",
@@ -181,6 +184,8 @@ class _Pages:
         path = safe_join(STATIC_DIR, request.path_params["path"])
         if not path.is_file():
             raise NotFound(f"no static file {request.path_params['path']!r}")
+        from starlette.responses import FileResponse
+
         return FileResponse(path)
 
 
@@ -189,6 +194,8 @@ def _error_handlers(pages: _Pages) -> dict[Any, Callable[[Request, Exception], A
         return pages.render(request, "error.html", 404, nav="", title="Not found", message=str(exc))
 
     async def refused(request: Request, exc: Exception) -> Response:
+        from starlette.responses import PlainTextResponse
+
         return PlainTextResponse(f"refused: {exc}", status_code=400)
 
     async def failed(request: Request, exc: Exception) -> Response:
@@ -213,6 +220,9 @@ def _error_handlers(pages: _Pages) -> dict[Any, Callable[[Request, Exception], A
 
 
 def _token_middleware(app: Any, token: str) -> Any:
+    from starlette.requests import Request
+    from starlette.responses import PlainTextResponse
+
     async def guarded(scope: dict[str, Any], receive: Any, send: Any) -> None:
         if scope["type"] != "http":
             await app(scope, receive, send)
@@ -273,6 +283,12 @@ def create_app(config: UiConfig, catalog: Any = None) -> Any:
         >>> app = create_app(UiConfig(lake_root="/data/lake", catalog="/data/catalog",
         ...                           cache_dir=Path("/tmp/pilake-ui")))
     """
+    try:
+        from starlette.applications import Starlette
+        from starlette.responses import FileResponse
+        from starlette.routing import Route
+    except ImportError as err:
+        raise ImportError("pilake ui needs the `ui` extra: pip install 'pi-lake[ui]'") from err
     if catalog is None:
         from pi_catalog import Catalog
 

@@ -180,7 +180,7 @@ def test_pin_integrity_is_check_dataset(ui_lake: UiLake, tmp_path: Path) -> None
     from pi_format import LakeLayout
     from pi_format.lake import PinStore
     from pi_jobs.maintenance.datasets import check_dataset, create_dataset
-    from pi_jobs.ui._reads import check_pins
+    from pi_jobs.ui._ops import check_pins
 
     # a copy of the lake with a second pin, whose marker row is then removed behind the lake's
     # back (as a lost file would): that pin is no longer intact, the other one still is
