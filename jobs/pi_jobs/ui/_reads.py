@@ -123,6 +123,9 @@ class Episode:
     row: dict[str, Any]  # the visible episodes row
     attempts: tuple[dict[str, str], ...]  # every attempt: id, committed, featurizer, visible
     cameras: tuple[str, ...]
+    # per camera: its first frame's time from the first step (s); a camera's MP4 clock starts at
+    # its first frame, so the page adds this to video.currentTime to place the plot cursor
+    camera_offsets_s: tuple[float, ...]
     times_s: tuple[float, ...]  # per step, from the first step
     proprio: tuple[tuple[float, ...], ...]  # per dimension, per step
     action: tuple[tuple[float, ...], ...]
@@ -192,12 +195,27 @@ def read_episode(layout: LakeLayout, episode_id: str) -> Episode:
         steps = steps.sort_by("step_index")
     stamps = steps.column("timestamp_ns").to_pylist()
     origin = stamps[0] if stamps else 0
+    first_frames = delta_table(
+        layout.video,
+        columns=["camera", "frame_timestamps_ns"],  # not the frames: a few bytes per camera
+        filters=[("episode_id", "=", episode_id), ("attempt_id", "=", attempt), ("chunk_index", "=", 0)],
+    )
+    first = (
+        {}
+        if first_frames is None
+        else {
+            str(r["camera"]): int(r["frame_timestamps_ns"][0])
+            for r in first_frames.to_pylist()
+            if r["frame_timestamps_ns"]
+        }
+    )
     return Episode(
         episode_id=episode_id,
         attempt_id=attempt,
         row=row,
         attempts=attempts,
         cameras=tuple(row["cameras"]),
+        camera_offsets_s=tuple(round((first.get(c, origin) - origin) / 1e9, 6) for c in row["cameras"]),
         times_s=tuple(round((t - origin) / 1e9, 6) for t in stamps),
         proprio=_series(steps, "proprio") if stamps else (),
         action=_series(steps, "action") if stamps else (),

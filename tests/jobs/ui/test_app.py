@@ -80,7 +80,8 @@ def test_query_refuses_non_select(client: TestClient, sql: str) -> None:
 def test_episode_page(client: TestClient, ui_lake: UiLake) -> None:
     html = _ok(client, "/episode/ep-002")
     for camera in ("front", "wrist"):
-        assert f'src="/episode/ep-002/video/{camera}"' in html
+        # both cameras' first frames are at the first step's time: no offset for the cursor
+        assert f'src="/episode/ep-002/video/{camera}" data-offset="0.0"' in html
     assert 'id="plot-data"' in html and "proprio" in html
     assert "pick it &lt;script&gt;" in html  # the annotation, escaped
     assert ui_lake.lake.episodes["ep-002"].attempt_id in html

@@ -43,8 +43,13 @@
       ctx.stroke();
       ctx.restore();
     };
+    // a camera's clock starts at its first frame; the plots' at the first step
+    const offset = (v) => parseFloat(v.dataset.offset) || 0;
     const seek = (t) => {
-      for (const v of videos) v.currentTime = Math.max(0, Math.min(t, v.duration || t));
+      for (const v of videos) {
+        const local = t - offset(v);
+        v.currentTime = Math.max(0, Math.min(local, v.duration || local));
+      }
       setCursor(t);
     };
     document.querySelectorAll(".plot").forEach((el) => {
@@ -74,17 +79,21 @@
     }
     if (videos.length === 0) return;
     const lead = videos[0];
+    const now = () => lead.currentTime + offset(lead);
     const follow = () => {
-      setCursor(lead.currentTime);
+      setCursor(now());
       if (!lead.paused && !lead.ended) requestAnimationFrame(follow);
     };
     lead.addEventListener("play", () => {
-      for (const v of videos.slice(1)) { v.currentTime = lead.currentTime; v.play().catch(() => {}); }
+      for (const v of videos.slice(1)) {
+        v.currentTime = Math.max(0, now() - offset(v));
+        v.play().catch(() => {});
+      }
       requestAnimationFrame(follow);
     });
     lead.addEventListener("pause", () => { for (const v of videos.slice(1)) v.pause(); });
-    lead.addEventListener("timeupdate", () => setCursor(lead.currentTime));
-    lead.addEventListener("seeked", () => setCursor(lead.currentTime));
+    lead.addEventListener("timeupdate", () => setCursor(now()));
+    lead.addEventListener("seeked", () => setCursor(now()));
   }
 
   document.addEventListener("DOMContentLoaded", () => { commitsChart(); episodePlots(); });
