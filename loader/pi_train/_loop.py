@@ -102,7 +102,9 @@ def _open_mixture(config: TrainConfig, out: Path, spec: SampleSpec) -> Mixture:
     recorded = json.loads(saved.read_text())["sources"] if config.resume and saved.exists() else None
     sources: list[tuple[Dataset | str, float]] = []
     for n, (name, weight) in enumerate(config.mix):
-        snapshot: Snapshot | str = Snapshot.from_json(recorded[n]["snapshot"]) if recorded else name
+        snapshot: Snapshot | str = (
+            Snapshot.from_json(json.dumps(recorded[n]["snapshot"])) if recorded else name
+        )
         ds = Dataset.shared(
             config.lake, snapshot=snapshot, spec=spec, seed=config.seed, catalog=config.catalog
         )
@@ -115,7 +117,7 @@ def _record_selection(ds: Dataset | Mixture, out: Path) -> None:
     if isinstance(ds, Mixture):
         record = {
             "sources": [
-                {"name": name, "weight": weight, "snapshot": source.snapshot.to_json()}
+                {"name": name, "weight": weight, "snapshot": json.loads(source.snapshot.to_json())}
                 for name, weight, source in zip(ds.names, ds.weights, ds.sources, strict=True)
             ],
             "counts": ds.counts,
