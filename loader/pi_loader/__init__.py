@@ -14,6 +14,7 @@ Example:
 from pi_format.stats import MissingSketchError, NormStats
 
 from pi_loader._errors import (
+    CorruptDataError,
     HorizonTooLongError,
     LoaderStateError,
     PiLoaderError,
@@ -38,6 +39,7 @@ from pi_loader.selection._snapshot import Snapshot
 
 __all__ = [
     "CacheConfig",
+    "CorruptDataError",
     "Dataset",
     "HorizonTooLongError",
     "HostsDisagreeError",

@@ -237,28 +237,38 @@ def _narrow_by_wire(handle: Any, fault: Fault) -> None:
     the episodes whose messages fail their wire CRC are the damaged ones (a message that decodes
     proves its bytes by its own CRC). When none fails (the damage is in another column), every
     episode of the row group stays named."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
     from pi_format import ProtocolError
     from pi_format.wire import decode_chunk
 
+    parquet = pq.ParquetFile(handle)
+    group = int(fault.row_group or 0)
     try:
-        rows = pq.ParquetFile(handle).read_row_group(
-            int(fault.row_group or 0), columns=["episode_id", "attempt_id", "chunk_index", "message"]
-        )
-    except Exception:  # does not even decode: the row group's episodes stay named
-        return
+        rows = parquet.read_row_group(group, columns=["episode_id", "attempt_id", "chunk_index", "message"])
+    except Exception:  # the id column does not decode: the messages carry the ids
+        try:
+            rows = parquet.read_row_group(group, columns=["attempt_id", "chunk_index", "message"])
+        except Exception:  # does not even decode: the row group's episodes stay as named
+            return
+        rows = rows.append_column("episode_id", pa.nulls(rows.num_rows, pa.string()))
     failing: set[tuple[str, str]] = set()
+    carried: set[tuple[str, str]] = set()  # the episode ids the messages themselves carry
     messages = rows.column("message")
     for i, index in enumerate(rows.column("chunk_index").to_pylist()):
         if index is None:
             continue
         try:
-            decode_chunk(messages[i].as_py())
+            chunk = decode_chunk(messages[i].as_py())
+            carried.add((str(chunk.episode_id), str(rows.column("attempt_id")[i].as_py())))
         except ProtocolError:
             episode, attempt = rows.column("episode_id")[i].as_py(), rows.column("attempt_id")[i].as_py()
-            failing.add((str(episode), str(attempt)))
+            if episode is not None:
+                failing.add((str(episode), str(attempt)))
     if failing:
         fault.detail += f"; messages of {len(failing)} episode(s) fail their wire CRC"
         fault.episodes = sorted(failing)
     else:
         fault.detail += "; every message of the row group still checks by its wire CRC"
+        if not fault.episodes:  # the id column itself is damaged: the messages name theirs
+            fault.episodes = sorted(carried)

@@ -120,29 +120,54 @@ class RepairReport:
         return out
 
 
+# The marker columns a rebuild needs: read alone, so a damaged page of another column of the
+# same markers (their statistics, say) does not hide them (pyarrow checks the pages it reads).
+_MARKER_COLUMNS = [
+    "episode_id", "attempt_id", "featurizer", "video_width", "video_height", "video_chunk_frames",
+]  # fmt: skip
+
+
 def _marker(layout: LakeLayout, episode_id: str, attempt_id: str) -> dict[str, Any] | None:
-    """The episodes row of (episode_id, attempt_id), read with page CRCs checked (None when it
-    is unreadable or gone)."""
+    """What the rebuild needs of the episodes row of (episode_id, attempt_id) (`_MARKER_COLUMNS`),
+    read with page CRCs checked; when those pages are damaged too, the video size and chunking
+    from the attempt's video rows (None when neither reads)."""
     import pyarrow.compute as pc
     import pyarrow.dataset as pads
     from deltalake import DeltaTable
     from pi_format.lake import table_filesystem
+    from pi_format.lake._commit import file_sizes
 
-    fs, base = table_filesystem(layout.episodes)
     checked = pads.ParquetFileFormat(
         default_fragment_scan_options=pads.ParquetFragmentScanOptions(page_checksum_verification=True)
     )
     where = (pc.field("episode_id") == episode_id) & (pc.field("attempt_id") == attempt_id)
-    for path in DeltaTable(layout.episodes).file_uris():
-        local = path.removeprefix("file://")
+    fs, base = table_filesystem(layout.episodes)
+    for path in sorted(file_sizes(DeltaTable(layout.episodes))):
         try:
-            rows = pads.dataset([local], format=checked, filesystem=fs).to_table(filter=where)
-        except Exception:  # a damaged file: its markers are not trusted
+            rows = pads.dataset([f"{base}/{path}"], format=checked, filesystem=fs).to_table(
+                columns=_MARKER_COLUMNS, filter=where
+            )
+        except Exception:  # those columns' pages are damaged in this file
             continue
         if rows.num_rows:
             return dict(rows.slice(0, 1).to_pylist()[0])
-    del base
-    return None
+    try:
+        video = (
+            DeltaTable(layout.video)
+            .to_pyarrow_dataset()
+            .to_table(columns=["width", "height", "frame_count", "chunk_index"], filter=where)
+        )
+    except Exception:  # damaged too: the caller falls back to the defaults
+        return None
+    if not video.num_rows:
+        return None
+    first = video.filter(pc.equal(video.column("chunk_index"), 0))
+    return {
+        "featurizer": None,
+        "video_width": int(video.column("width")[0].as_py()),
+        "video_height": int(video.column("height")[0].as_py()),
+        "video_chunk_frames": int(pc.max((first if first.num_rows else video).column("frame_count")).as_py()),
+    }
 
 
 def _featurizer_of(marker: dict[str, Any] | None, override: Any) -> tuple[Any, str | None]:
@@ -229,7 +254,17 @@ def repair_lake(
     tables = ensure_lake_tables(layout) if not config.dry_run else {}
     writer = LakeWriter(layout, writer_id=f"repair-{uuid.uuid4().hex[:8]}") if not config.dry_run else None
     handled: set[tuple[str, str]] = set()
-    raw_files = raw_files_of(layout, sorted({e["episode_id"] for e in report.corrupt_episodes}))
+    rebuild_ids = sorted(
+        {e["episode_id"] for e in report.corrupt_episodes if {p["table"] for p in e["places"]} - {"raw"}}
+    )
+    try:
+        raw_files = raw_files_of(layout, rebuild_ids)
+    except Exception:  # a raw file's id column is damaged: look in every raw file
+        from deltalake import DeltaTable
+        from pi_format.lake._commit import file_sizes
+
+        every = tuple(sorted(file_sizes(DeltaTable(layout.raw))))
+        raw_files = {e: every for e in rebuild_ids}
     catalog: Any = None
     for entry in report.corrupt_episodes:
         episode_id, attempt_id = str(entry["episode_id"]), str(entry["attempt_id"])

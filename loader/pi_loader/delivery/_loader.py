@@ -28,6 +28,7 @@ from pi_loader.delivery._in_flight import default_num_workers, plan_in_flight
 from pi_loader.delivery._shared_batches import shared_memory_available
 from pi_loader.delivery._workers import WorkerPool, counter_deltas, read_counters
 from pi_loader.order._order import ShardSpec, block_order, check_seed, sample_order, shard_order
+from pi_loader.samples._corrupt import check_on_corrupt
 from pi_loader.samples._dataset import Dataset
 from pi_loader.samples._mixture import Mixture
 
@@ -85,6 +86,8 @@ class LoaderStats:
     in_flight_depth: int = 0
     in_flight_limit: int = 0
     idle_workers: int = 0
+    # samples skipped for damaged bytes (Loader(on_corrupt="skip")); not in `samples`
+    corrupt_skipped: int = 0
 
     @property
     def decoded_chunks_per_sample(self) -> float:
@@ -147,6 +150,11 @@ class Loader:
         metrics_port: serve Prometheus metrics (samples, prefetch depth, cache hit ratios, bytes
             read; computed only when scraped) on this port; None: the port or 'first-last' range
             in $PILAKE_LOADER_METRICS_PORT, if set, else off.
+        on_corrupt: a sample whose stored bytes do not match their checksums (architecture
+            decision 10): "raise" (default) a CorruptDataError naming the table, file, row
+            group and episode; "skip" it: the batch comes without it, the skip is logged and
+            counted (`stats().corrupt_skipped`, `pilake_loader_corrupt_skipped_total`). Never a
+            wrong sample.
 
     Raises:
         ShardError: a bad shard, or too few samples for the shards.
@@ -178,6 +186,7 @@ class Loader:
         mp_context: str | None = None,
         shared_memory: bool = True,
         metrics_port: int | None = None,
+        on_corrupt: str = "raise",
     ) -> None:
         if not isinstance(dataset, Dataset | Mixture):
             raise TypeError(f"dataset must be a pi_loader.Dataset or Mixture, got {type(dataset).__name__}")
@@ -215,6 +224,13 @@ class Loader:
             raise ValueError(
                 f"mp_context must be one of {multiprocessing.get_all_start_methods()}, got {mp_context!r}"
             )
+        if check_on_corrupt(on_corrupt) == "skip":
+            if not isinstance(dataset, Dataset):
+                raise ValueError(
+                    "on_corrupt='skip' takes a Dataset; for a Mixture, make it of datasets that "
+                    "skip: Dataset.skipping_corrupt()"
+                )
+            dataset = dataset.skipping_corrupt()
         self._dataset = dataset
         self._shard = shard
         self._batch_size = batch_size
@@ -390,7 +406,7 @@ class Loader:
         pool = self._worker_pool.slot_pool
         reads = self._reads
         return LoaderStats(
-            samples=self._samples,
+            samples=self._samples - reads.get("corrupt_skipped", 0),
             batches=self._batches,
             chunk_decodes=reads.get("chunk_decodes", 0),
             video_reads=reads.get("video_reads", 0),
@@ -407,6 +423,7 @@ class Loader:
             in_flight_depth=self._worker_pool.depth if self._num_workers else 0,
             in_flight_limit=self._in_flight.maximum if self._num_workers else 0,
             idle_workers=self._in_flight.idle_workers if self._num_workers else 0,
+            corrupt_skipped=reads.get("corrupt_skipped", 0),
         )
 
     def _count(self, deltas: dict[str, int]) -> None:

@@ -38,6 +38,7 @@ METRIC_NAMES = (
     "pilake_loader_prefetch_ready_batches",
     "pilake_loader_prefetch_in_flight_batches",
     "pilake_loader_cache_hit_ratio",
+    "pilake_loader_corrupt_skipped_total",
 )
 
 
@@ -60,6 +61,7 @@ class _LoaderCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         samples = batches = bytes_read = video_reads = steps_reads = steps_lookups = frame_lookups = 0
+        corrupt = 0
         ready = in_flight = 0
         with self._lock:
             loaders = list(self._loaders)
@@ -71,12 +73,18 @@ class _LoaderCollector(Collector):
             video_reads += stats.video_reads
             steps_reads += stats.steps_reads
             steps_lookups += stats.steps_lookups
+            corrupt += stats.corrupt_skipped
             spec = loader.dataset.spec
             frame_lookups += stats.samples * len(loader.dataset.cameras) * (spec.frame_history + 1)
             ready += loader._worker_pool.ready_batches
             in_flight += loader._worker_pool.in_flight_batches
         yield CounterMetricFamily("pilake_loader_samples", "Samples handed out.", value=samples)
         yield CounterMetricFamily("pilake_loader_batches", "Batches handed out.", value=batches)
+        yield CounterMetricFamily(
+            "pilake_loader_corrupt_skipped",
+            "Samples skipped because their stored bytes failed a checksum (on_corrupt='skip').",
+            value=corrupt,
+        )
         yield CounterMetricFamily(
             "pilake_loader_bytes_read",
             "Bytes read from lake files (footers plus column chunks), all worker processes.",

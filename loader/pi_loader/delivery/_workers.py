@@ -49,6 +49,8 @@ def _build(
         return batch, {}, list(batch)
     allocate, placements = writer.allocator(ticket)
     batch = dataset.samples(indices, allocate=allocate)
+    if len(batch["step"]) != len(indices):  # samples skipped (on_corrupt="skip"): plain arrays
+        return batch, {}, list(batch)
     order = list(batch)
     return {k: v for k, v in batch.items() if k not in placements}, placements, order
 

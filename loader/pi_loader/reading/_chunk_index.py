@@ -23,7 +23,10 @@ row group holds (episode, attempt, camera, chunk); the index says what that row 
 as read from the file itself when it was indexed, so `_video` compares the two as before (the
 identity through its 64-bit hash). What the footer-free path trusts is that the file did not
 change since it was indexed (Delta data files are immutable and the index is keyed by the
-file's URI and size), and the page header check catches a file that did.
+file's URI and size), and the page header check catches a file that did. The page's CRC (every
+page the lake writes since 2026-11-26) is checked before the chunk is decoded: it covers exactly
+the chunk's bytes, as the row's `chunk_crc32` does (architecture decision 10); a mismatch is a
+`CorruptDataError`. The index itself is built from columns read with their page CRCs checked.
 
 Files the writer did not lay out this way (compressed or dictionary-encoded `data`, a nullable
 `data` column, row groups of several rows, page v2, another codec) get an empty index, and
@@ -37,7 +40,7 @@ from typing import ClassVar
 import numpy as np
 import pyarrow.parquet as pq
 
-from pi_loader._errors import PiLoaderError
+from pi_loader._errors import CorruptDataError, PiLoaderError
 from pi_loader.reading._host_index import HostIndex, file_key, index_directory
 from pi_loader.reading._row_groups import RowGroupReader
 
@@ -171,7 +174,10 @@ def page_value(raw: bytes, uri: str, group: int) -> bytes:
 
     Raises:
         PiLoaderError: `raw` is not such a page (names the file and row group).
+        CorruptDataError: the page's bytes do not match its CRC.
     """
+    from pi_format.lake.integrity import check_page_crcs
+
     try:
         header_bytes, compressed = _page_sizes(raw, len(raw))
         length = int.from_bytes(raw[header_bytes : header_bytes + 4], "little")
@@ -185,6 +191,10 @@ def page_value(raw: bytes, uri: str, group: int) -> bytes:
             f"index ({len(raw)} bytes) is not a one-value plain uncompressed v1 data page: {err}. The "
             "file changed since it was indexed, or is corrupt"
         ) from None
+    _, _, faults = check_page_crcs(raw)  # the page parses: its CRC covers the chunk's bytes
+    if faults:
+        where: dict[str, object] = {"table": "video", "file": uri, "row_group": group, "column": _DATA}
+        raise CorruptDataError(faults[0][2], {**where, "page": 0})
     return raw[header_bytes + 4 :]
 
 

@@ -7,9 +7,12 @@ levels][PLAIN values]: levels in the RLE/bit-packed hybrid encoding, values litt
 `decode_list_chunk` parses every header (`_page_header.page_header`), decompresses each page
 with the codec the footer named (recorded in the index), and checks the structure: page type,
 encodings, sizes, level and value counts. Anything that does not parse raises `PageError`; the
-caller turns it into a PiLoaderError naming the file and row group. Not caught: bytes flipped
-inside a compressed page that still decompresses to the right size (the lake writes no page
-checksums, so none is checked; pyarrow's reader would not catch it either).
+caller turns it into a PiLoaderError naming the file and row group. Every page that carries a
+CRC (every page the lake writes since 2026-11-26, architecture decision 10) is checked before it
+is decompressed: a mismatch raises `PageChecksumError`, which the caller turns into a
+`CorruptDataError`; bytes flipped inside a compressed page would otherwise still decompress to
+the right size (zstd frames carry no checksum). A page without a CRC (an older lake) is read
+unverified.
 
 Data that parses but is not a uniform, null-free list of `width` values per row (an empty
 list, a null, rows of different lengths) is not an error here: `decode_list_chunk` returns None
@@ -21,6 +24,7 @@ Reference: parquet-format `Encodings.md` (RLE/bit-packed hybrid).
 from __future__ import annotations
 
 import threading
+import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 
@@ -31,8 +35,17 @@ import zstandard
 from pi_loader.reading._page_header import DATA_PAGE, PLAIN, RLE, PageError, PageHeader, page_header
 
 __all__ = [
-    "CODECS", "DATA_PAGE", "PageError", "PageHeader", "decode_list_chunk", "hybrid_levels", "page_header",
+    "CODECS", "DATA_PAGE", "PageChecksumError", "PageError", "PageHeader", "decode_list_chunk",
+    "hybrid_levels", "page_header",
 ]  # fmt: skip
+
+class PageChecksumError(PageError):
+    """A page whose stored bytes do not match the CRC in its header."""
+
+    def __init__(self, message: str, page: int) -> None:
+        super().__init__(message)
+        self.page = page
+
 
 # Codecs of an index (the footer's name for each); 0 is "not supported": no index.
 CODECS = {"UNCOMPRESSED": 1, "ZSTD": 2, "SNAPPY": 3}
@@ -185,6 +198,14 @@ def _page(raw: memoryview, pos: int, decompressor: _Decompress | None) -> tuple[
     end = start + header.compressed_size
     if header.compressed_size < 0 or end > len(raw) or count <= 0:
         raise PageError(f"page at byte {pos} ({header.compressed_size} bytes) overruns the chunk")
+    if header.crc is not None:
+        actual = zlib.crc32(raw[start:end]) & 0xFFFFFFFF
+        if actual != header.crc & 0xFFFFFFFF:
+            raise PageChecksumError(
+                f"the page at byte {pos} of the column chunk has CRC {actual:08x}, its header says "
+                f"{header.crc & 0xFFFFFFFF:08x}",
+                pos,
+            )
     return count, _decompress(decompressor, raw[start:end], header.uncompressed_size), end
 
 

@@ -31,7 +31,7 @@ from typing import Any
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
+from pi_loader._errors import CorruptDataError, PiLoaderError, SnapshotDataMissingError
 from pi_loader.reading import _file_handles as file_handles
 from pi_loader.reading._lake import missing_files_message
 from pi_loader.reading._lru import WeightedLRU
@@ -97,11 +97,14 @@ class RowGroupReader:
                     f"names row group {group}: the episodes row does not fit the file (was the file "
                     "rewritten without updating the locators?)"
                 )
-            rows: pa.Table = pq.ParquetFile(path, metadata=metadata).read_row_group(
-                group, columns=list(columns)
-            )
+            # every page's CRC checked (architecture decision 10; pages written before have none)
+            rows: pa.Table = pq.ParquetFile(
+                path, metadata=metadata, page_checksum_verification=True
+            ).read_row_group(group, columns=list(columns))
         except FileNotFoundError as err:  # RemoteFileNotFoundError too; other StorageErrors pass
             raise SnapshotDataMissingError(missing_files_message(table, version, uri, err)) from err
+        except OSError as err:
+            raise corrupt_or(err, {"table": table, "file": uri, "row_group": group}) from None
         size = _column_bytes(metadata, [group], columns)
         with self._lock:
             self.bytes_read += size
@@ -137,8 +140,12 @@ class RowGroupReader:
     ) -> pa.Table:
         """`columns` of every row group of the file (small columns only: a chunk index build),
         counting their compressed column chunks."""
-        parquet = pq.ParquetFile(path, metadata=metadata)
-        rows: pa.Table = parquet.read(columns=list(columns), use_threads=False)
+        parquet = pq.ParquetFile(path, metadata=metadata, page_checksum_verification=True)
+        try:
+            rows: pa.Table = parquet.read(columns=list(columns), use_threads=False)
+        except OSError as err:
+            where: dict[str, object] = {"table": table_of(uri), "file": uri, "column": ",".join(columns)}
+            raise corrupt_or(err, where) from None
         size = _column_bytes(metadata, range(metadata.num_row_groups), columns)
         with self._lock:
             self.bytes_read += size
@@ -189,3 +196,19 @@ def _column_bytes(metadata: pq.FileMetaData, groups: Iterable[int], columns: Seq
             if chunk.column(j).path_in_schema.split(".", 1)[0] in wanted
         )
     return total
+
+
+def corrupt_or(err: OSError, where: dict[str, object]) -> Exception:
+    """`err` from pyarrow as a CorruptDataError naming `where` when it is a page CRC mismatch
+    ("CRC checksum verification failed for page_ordinal N"), else `err` itself."""
+    text = str(err)
+    if "CRC checksum verification failed" not in text:
+        return err
+    page = text.rsplit("page_ordinal", 1)[-1].strip()
+    return CorruptDataError(text, {**where, "page": int(page) if page.isdigit() else None})
+
+
+def table_of(uri: str) -> str:
+    """The lake table a data file's URI is in (its parent directory's name)."""
+    parts = uri.rstrip("/").split("/")
+    return parts[-2] if len(parts) > 1 else "?"

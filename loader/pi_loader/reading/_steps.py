@@ -29,7 +29,7 @@ from typing import Any
 
 import numpy as np
 
-from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
+from pi_loader._errors import CorruptDataError, PiLoaderError, SnapshotDataMissingError
 from pi_loader.reading import _steps_index as index
 from pi_loader.reading._host_index import IndexRows
 from pi_loader.reading._lake import missing_files_message
@@ -195,6 +195,12 @@ class StepsReader:
                 f"{self._attempt_ids[e]}) are not spans of its {length} steps (step_count of its "
                 "episodes row)"
             )
+        try:
+            return self._read(e, length, first, last, bounds)
+        except CorruptDataError as err:  # named with the episode whose steps it was reading
+            raise err.at_episode(self._episode_ids[e], self._attempt_ids[e]) from None
+
+    def _read(self, e: int, length: int, first: int, last: int, bounds: np.ndarray) -> EpisodeSteps:
         size = self._group_size(e)
         count = -(-length // size)
         if len(bounds) <= 1 or first // size == last // size:

@@ -13,9 +13,9 @@ import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
 
-from pi_loader._errors import PiLoaderError
+from pi_loader._errors import CorruptDataError, PiLoaderError
 from pi_loader.reading import _steps_index as index
-from pi_loader.reading._parquet_pages import PageError, decode_list_chunk
+from pi_loader.reading._parquet_pages import PageChecksumError, PageError, decode_list_chunk
 from pi_loader.reading._steps_index import list_field
 
 
@@ -53,6 +53,9 @@ def decode_group(uri: str, group: int, entry: Sequence[int], chunks: list[memory
                 max_definition=int(entry[list_field(c, index.MAX_DEF)]),
                 dtype=np.dtype("<f4" if physical == "FLOAT" else "<i4"),
             )
+        except PageChecksumError as err:
+            where = {"table": "steps", "file": uri, "row_group": group, "column": name, "page": err.page}
+            raise CorruptDataError(str(err), where) from None
         except PageError as err:
             raise PiLoaderError(
                 f"steps file {uri}, row group {group}: the `{name}` column chunk read from the "

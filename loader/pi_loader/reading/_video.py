@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
+from pi_loader._errors import CorruptDataError, PiLoaderError, SnapshotDataMissingError
 from pi_loader.reading import _chunk_index as index
 from pi_loader.reading._chunk_index import ChunkIndex, page_value, row_key
 from pi_loader.reading._lake import missing_files_message
@@ -31,6 +31,7 @@ from pi_loader.reading._locators import EpisodeLocators
 from pi_loader.reading._lru import WeightedLRU
 from pi_loader.reading._row_groups import RowGroupReader
 
+CHUNK_CRC = "chunk_crc32"  # pi_format.lake.CHUNK_CRC_COLUMN
 VIDEO_COLUMNS = (
     "episode_id", "attempt_id", "camera", "chunk_index", "first_frame", "frame_count",
     "width", "height", "codec", "data",
@@ -119,9 +120,12 @@ class VideoFrames:
             return chunk
         group = int(loc.video_row_group[e, camera]) + number
         uri = loc.video_files[loc.video_file[e]]
-        chunk = self._indexed_chunk(e, camera, frame_index, number, uri, group)
-        if chunk is None:  # no chunk index, or a file not laid out for one
-            chunk = self._row_group_chunk(e, camera, frame_index, number, uri, group)
+        try:
+            chunk = self._indexed_chunk(e, camera, frame_index, number, uri, group)
+            if chunk is None:  # no chunk index, or a file not laid out for one
+                chunk = self._row_group_chunk(e, camera, frame_index, number, uri, group)
+        except CorruptDataError as err:
+            raise err.at_episode(self._episode_ids[e], self._attempt_ids[e]) from None
         with self._lock:
             self.video_reads += 1
             self.chunk_decodes += 1
@@ -171,8 +175,13 @@ class VideoFrames:
     def _row_group_chunk(
         self, e: int, camera: int, frame_index: int, number: int, uri: str, group: int
     ) -> _Chunk:
-        """The chunk's row group read through pyarrow (its footer parsed once per process)."""
-        rows = self._reader.read(uri, group, VIDEO_COLUMNS, table="video", version=self._version)
+        """The chunk's row group read through pyarrow (its footer parsed once per process, every
+        page's CRC checked), its `chunk_crc32` checked before it is decoded (rows written before
+        chunk checksums have none)."""
+        path = self._reader.local_path(uri, table="video", version=self._version)
+        names = self._reader.footer(uri, path, keep=True).schema.names
+        columns = (*VIDEO_COLUMNS, CHUNK_CRC) if CHUNK_CRC in names else VIDEO_COLUMNS
+        rows = self._reader.read(uri, group, columns, table="video", version=self._version)
         if rows.num_rows != 1:
             raise PiLoaderError(
                 f"{self._where(e, camera, frame_index)}: row group {group} of {uri} should hold chunk "
@@ -184,6 +193,14 @@ class VideoFrames:
         if found != (self._episode_ids[e], self._attempt_ids[e], self._cameras[camera], number):
             self._check_row(e, camera, frame_index, number, uri, group, found)
         self._check_span(e, camera, frame_index, number, row["first_frame"], row["frame_count"])
+        expected = row.get(CHUNK_CRC)
+        if expected is not None:
+            from pi_format.lake import chunk_crc32
+
+            actual = chunk_crc32(row["data"])
+            if actual != expected:
+                where = {"table": "video", "file": uri, "row_group": group, "column": "data"}
+                raise CorruptDataError(f"chunk_crc32 {expected:08x} != {actual:08x} of its bytes", where)
         if row["codec"] != "h264":
             raise PiLoaderError(
                 f"{self._where(e, camera, frame_index)}: video codec {row['codec']!r} is not supported "

@@ -21,6 +21,7 @@ import numpy as np
 from pi_format import LakeLayout
 from pi_format.stats import NormStats
 
+from pi_loader._errors import CorruptDataError
 from pi_loader._processes import warm_forkserver
 from pi_loader.order._order import SharedEpoch, check_seed, sample_order
 from pi_loader.reading._cache import CacheConfig
@@ -29,6 +30,7 @@ from pi_loader.reading._episodes_rows import segment_directory
 from pi_loader.reading._lake import EpisodeData, Stats, make_storage, pooled_stats
 from pi_loader.reading._row_groups import DEFAULT_FOOTER_CACHE_BYTES
 from pi_loader.samples._annotations import SpanValues, read_span_values
+from pi_loader.samples._corrupt import batch_without_corrupt
 from pi_loader.samples._fingerprint import dataset_fingerprint, dataset_summary
 from pi_loader.samples._fit import check_spec_fits, choose_cameras
 from pi_loader.samples._gather import ImageAllocator
@@ -107,6 +109,11 @@ class Dataset:
         ((224, 224, 3), (50, 7))
         >>> ds.snapshot.save("runs/exp1/snapshot.json")
     """
+
+    # What a batch does with a sample whose bytes are damaged ("raise" | "skip": see
+    # `skipping_corrupt`), and the samples this process skipped so.
+    _on_corrupt: str = "raise"
+    _corrupt_skipped: int = 0
 
     def __init__(
         self,
@@ -466,12 +473,36 @@ class Dataset:
             raise IndexError(
                 f"flat sample index {int(bad[0])} out of range for a dataset of {len(self)} samples"
             )
-        batch = self._gather.batch(flat, allocate=allocate)
+        try:
+            batch = self._gather.batch(flat, allocate=allocate)
+        except CorruptDataError as err:
+            if self._on_corrupt != "skip":
+                raise
+            # rebuilt in plain arrays: the caller's allocator (shared memory) served the failed
+            # attempt; a batch shorter than asked tells it so (delivery._workers)
+            batch, flat, skipped = batch_without_corrupt(
+                lambda f: self._gather.batch(f, allocate=None), flat, err, len(self)
+            )
+            self._corrupt_skipped += skipped
         annotations = self.__dict__.get("_annotations")
         if annotations is not None:
             episodes, steps = self._index.locate_many(flat)
             batch.update(annotations.batch(episodes, steps))
         return batch
+
+    def skipping_corrupt(self) -> Dataset:
+        """A copy of this dataset whose batches skip samples with damaged bytes instead of
+        raising (`Loader(on_corrupt="skip")`; `pi_loader.samples._corrupt`).
+
+        Example:
+            >>> ds.skipping_corrupt().samples(range(64))["action"].shape[0]   # <= 64
+        """
+        import copy
+
+        other = copy.copy(self)
+        other._on_corrupt = "skip"
+        other._corrupt_skipped = 0
+        return other
 
     def image_shapes(self) -> dict[str, tuple[int, ...]]:
         """Largest shape of one sample's image array per image key: (H, W, 3), or
@@ -525,6 +556,8 @@ class Dataset:
             "steps_indexed_reads": steps.indexed_reads,
             "steps_index_builds": 0 if steps.steps_index is None else steps.steps_index.builds,
             "chunk_index_builds": 0 if video.chunk_index is None else video.chunk_index.builds,
+            # samples skipped for damaged bytes (on_corrupt="skip")
+            "corrupt_skipped": self._corrupt_skipped,
         }
 
     # The name of the same counters before steps were read on demand.

@@ -13,7 +13,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 from pi_format.lake import STEPS_ROW_GROUP_STEPS
-from pi_loader import Dataset, PiLoaderError, SampleSpec
+from pi_loader import CorruptDataError, Dataset, PiLoaderError, SampleSpec
 from pi_loader.reading._parquet_pages import decode_list_chunk, page_header
 from pi_loader.reading._row_groups import RowGroupReader
 from pi_loader.reading._steps import STEPS_COLUMNS, EpisodeSteps, StepsReader
@@ -369,18 +369,21 @@ def test_a_corrupt_page_is_an_error_not_garbage(tmp_path: Path) -> None:
     original = Path(path).read_bytes()
     header = page_header(memoryview(original), offset)
     page = offset + header.header_bytes
-    for byte in (
-        offset,  # the page header's type field
-        page,  # the zstd frame's magic
-        page + 5,  # the zstd frame header's content size
+    for byte, error, match in (
+        # the page header's type field: the page does not parse
+        (offset, PiLoaderError, r"row group 1: the `action` column chunk .* not what the index"),
+        # the zstd frame's magic, its content size: the page's CRC (architecture decision 10)
+        (page, CorruptDataError, r"steps file .*, row group 1, column action, page 0.*CRC"),
+        (page + 5, CorruptDataError, r"steps file .*, row group 1, column action, page 0.*CRC"),
     ):
         data = bytearray(original)
         data[byte] ^= 0xFF
         Path(path).write_bytes(bytes(data))
-        with pytest.raises(
-            PiLoaderError, match=r"row group 1: the `action` column chunk .* not what the index"
-        ):
+        with pytest.raises(error, match=match) as raised:
             _dataset_one(lake)._gather.steps.episode(1)
+        if error is CorruptDataError:
+            assert isinstance(raised.value, CorruptDataError)
+            assert raised.value.where["episode_id"] == lake.episode_ids[1]
     Path(path).write_bytes(original)
     _same(_dataset_one(lake)._gather.steps.episode(1), ds._gather.steps.episode(1))
 
