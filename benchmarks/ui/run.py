@@ -189,7 +189,7 @@ def _measure(
     pages = _pages(lake_episodes)
     times: dict[str, list[float]] = {name: [] for name in [*pages, "video_cold_remux"]}
     bytes_out: dict[str, int] = {}
-    with TestClient(create_app(config, Catalog(str(catalog)))) as client:
+    with TestClient(create_app(config, Catalog(str(catalog))), base_url="http://127.0.0.1:8765") as client:
         for name, url in pages.items():  # warm: engine open, imports, first Delta snapshot
             assert client.get(url).status_code == 200, (name, client.get(url).text[:500])
         for repeat, name in interleaved([*pages, "video_cold_remux"], repeats):

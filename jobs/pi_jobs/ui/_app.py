@@ -22,7 +22,7 @@ from pi_jobs.ui import _ops, _reads
 from pi_jobs.ui._errors import NotFound, PathRefused, QueryRefused
 from pi_jobs.ui._sql import run_select
 from pi_jobs.ui._video import cached_mp4, safe_join
-from pi_jobs.ui.config import UiConfig
+from pi_jobs.ui.config import UiConfig, is_loopback
 
 if TYPE_CHECKING:  # starlette is the `ui` extra, imported when an app is made
     from starlette.requests import Request
@@ -254,6 +254,33 @@ def _token_middleware(app: Any, token: str) -> Any:
     return guarded
 
 
+# Host names a browser uses for a server on loopback. Anything else in the Host header of a
+# request to a loopback-bound UI is a DNS-rebinding page (evil.example resolving to 127.0.0.1)
+# reading the lake from the user's browser: refused.
+_LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "[::1]", "::1"})
+
+
+def _loopback_hosts_only(app: Any) -> Any:
+    async def checked(scope: dict[str, Any], receive: Any, send: Any) -> None:
+        if scope["type"] == "http":
+            headers = dict(scope.get("headers") or [])
+            host = headers.get(b"host", b"").decode("latin-1")
+            name = host.rsplit(":", 1)[0] if not host.endswith("]") else host
+            if name not in _LOOPBACK_HOSTS:
+                from starlette.responses import PlainTextResponse
+
+                response = PlainTextResponse(
+                    f"refused: Host {host!r} is not this machine's loopback address; open "
+                    "http://127.0.0.1:PORT/ (or start pilake ui with --host and --token)",
+                    status_code=400,
+                )
+                await response(scope, receive, send)
+                return
+        await app(scope, receive, send)
+
+    return checked
+
+
 def _security_headers(app: Any) -> Any:
     async def with_headers(scope: dict[str, Any], receive: Any, send: Any) -> None:
         async def send_headers(message: dict[str, Any]) -> None:
@@ -309,4 +336,6 @@ def create_app(config: UiConfig, catalog: Any = None) -> Any:
     app.state.pages = pages
     if config.token is not None:
         app = _token_middleware(app, config.token)
+    if is_loopback(config.host):
+        app = _loopback_hosts_only(app)
     return _security_headers(app)

@@ -18,6 +18,8 @@ from starlette.testclient import TestClient
 
 from tests.jobs.ui.conftest import HTML_EPISODE_ID, QUARANTINE_ID, SCRIPT, UiLake
 
+LOCAL = "http://127.0.0.1:8765"  # the Host a browser sends to `pilake ui`
+
 
 def _config(ui_lake: UiLake, **kwargs: object) -> UiConfig:
     return UiConfig(
@@ -30,7 +32,7 @@ def _config(ui_lake: UiLake, **kwargs: object) -> UiConfig:
 
 @pytest.fixture(scope="module")
 def client(ui_lake: UiLake) -> Iterator[TestClient]:
-    with TestClient(create_app(_config(ui_lake, page_size=2))) as test_client:
+    with TestClient(create_app(_config(ui_lake, page_size=2)), base_url=LOCAL) as test_client:
         yield test_client
 
 
@@ -223,8 +225,17 @@ def test_a_new_install_with_no_lake_yet(tmp_path: Path) -> None:
     config = UiConfig(
         lake_root=str(tmp_path / "lake"), catalog=str(tmp_path / "catalog"), cache_dir=tmp_path / "c"
     )
-    with TestClient(create_app(config)) as fresh:
+    with TestClient(create_app(config), base_url=LOCAL) as fresh:
         assert 'id="n-episodes">0<' in _ok(fresh, "/")
         assert "nothing to show" in _ok(fresh, "/quarantine")
         assert "no pins" in _ok(fresh, "/pins")
         assert fresh.get("/episode/ep-000").status_code == 404
+
+
+@pytest.mark.parametrize("host", ["evil.example", "evil.example:8765", "192.168.1.5:8765", "testserver"])
+def test_loopback_ui_refuses_other_host_headers(client: TestClient, host: str) -> None:
+    # a DNS-rebinding page (its own name resolving to 127.0.0.1) must not read the lake
+    response = client.get("/pins", headers={"Host": host})
+    assert response.status_code == 400 and "not this machine's loopback address" in response.text
+    for ok in ("127.0.0.1:8765", "localhost:8765", "[::1]:8765", "localhost"):
+        assert client.get("/static/ui.js", headers={"Host": ok}).status_code == 200
