@@ -109,8 +109,9 @@ def test_video_plays_and_the_cursor_follows(browser: tuple[Any, str]) -> None:
     cursors = [s["cursor"] for s in seen]
     assert times == sorted(times) and times[-1] > times[0]
     assert cursors == sorted(cursors) and cursors[-1] > cursors[0] > 0
-    # within a frame or two of the video (the cursor redraws each animation frame)
-    assert all(abs(s["cursor"] - s["t"]) < 0.25 for s in seen)
+    # close behind the video while it plays (the cursor redraws each animation frame, which a
+    # loaded machine delays); exact once it is paused, below
+    assert all(0 <= s["t"] - s["cursor"] < 0.5 for s in seen)
     driver.execute_script("document.getElementById('video-0').pause()")
     wait_for(driver, "return document.getElementById('video-0').paused")
     final = wait_for(
