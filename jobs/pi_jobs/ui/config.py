@@ -6,6 +6,7 @@ Parsed from the command line at the edge (pi_jobs.cli._ui) and validated here, o
 from __future__ import annotations
 
 import ipaddress
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -66,6 +67,16 @@ class UiConfig:
     query_timeout_s: float = 10.0
     # 50 rows per page keeps every page small on a 100k-episode lake (benchmarks/ui).
     page_size: int = 50
+
+    @property
+    def catalog_shown(self) -> str:
+        """The catalog location as pages show it: a URL's user and password left out.
+
+        Example:
+            >>> UiConfig(lake_root="/l", catalog="https://u:p@ch:8443/db", cache_dir=Path("/c")).catalog_shown
+            'https://ch:8443/db'
+        """
+        return re.sub(r"^([a-z][a-z0-9+.-]*://)[^/@]*@", r"\1", self.catalog, flags=re.I)
 
     def __post_init__(self) -> None:
         if not self.lake_root:

@@ -239,3 +239,9 @@ def test_loopback_ui_refuses_other_host_headers(client: TestClient, host: str) -
     assert response.status_code == 400 and "not this machine's loopback address" in response.text
     for ok in ("127.0.0.1:8765", "localhost:8765", "[::1]:8765", "localhost"):
         assert client.get("/static/ui.js", headers={"Host": ok}).status_code == 200
+
+
+def test_pages_never_show_catalog_credentials(ui_lake: UiLake) -> None:
+    shown = UiConfig(lake_root="/l", catalog="https://reader:s3cret@ch.example:8443/db", cache_dir=Path("/c"))
+    assert shown.catalog_shown == "https://ch.example:8443/db"
+    assert _config(ui_lake).catalog_shown == ui_lake.catalog

@@ -19,6 +19,7 @@ def _column(table, name: str) -> list:
 
 def test_rerun_recording_reads_back(ui_lake: UiLake, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import rerun as rr  # the `rerun` extra (dev installs it): a missing SDK fails, never skips
+
     ep = ui_lake.lake.episodes["ep-001"]
     out = tmp_path / "ep-001.rrd"
     monkeypatch.setenv("PILAKE_LAKE", ui_lake.layout.root)
