@@ -102,9 +102,10 @@ def _check(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def leg_pi_loader(args: argparse.Namespace) -> dict[str, Any]:
-    import torch
+    if args.api == "torch":  # only the torch DataLoader leg needs torch (its import is seconds on a GPU host)
+        import torch
 
-    torch.set_num_threads(1)
+        torch.set_num_threads(1)
     loader, samples, api = open_pi_loader(
         str(args.lake),
         workers=args.workers,

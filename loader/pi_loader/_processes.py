@@ -16,6 +16,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import threading
+from typing import Any
 
 # What a worker needs before its first batch; imported once, in the forkserver.
 PRELOAD = (
@@ -40,11 +41,42 @@ def default_start_method() -> str:
     return FORKSERVER if FORKSERVER in multiprocessing.get_all_start_methods() else "spawn"
 
 
+def _drop_stale_forkserver() -> None:
+    """Forget a forkserver whose socket was deleted (its temp dir removed under it, as test
+    runners and tmp cleaners do): the next start launches a fresh one instead of failing to
+    connect. Uses multiprocessing's private state; any surprise leaves it as it was."""
+    from multiprocessing import forkserver, process, util
+
+    try:
+        config: Any = getattr(process.current_process(), "_config")  # noqa: B009 - private on purpose
+        tempdir = config.get("tempdir")
+        if tempdir is not None and not os.path.isdir(tempdir):
+            config.pop("tempdir", None)  # made again on demand
+        server: Any = getattr(forkserver, "_forkserver")  # noqa: B009
+        address = server._forkserver_address
+        if (
+            server._forkserver_pid is None
+            or not address
+            or util.is_abstract_socket_namespace(address)
+            or os.path.exists(address)
+        ):
+            return
+        with server._lock:
+            os.close(server._forkserver_alive_fd)  # asks the old server to exit
+            os.waitpid(server._forkserver_pid, 0)
+            server._forkserver_alive_fd = None
+            server._forkserver_pid = None
+            server._forkserver_address = None
+    except (AttributeError, OSError):
+        return
+
+
 def context(method: str) -> multiprocessing.context.BaseContext:
     """The multiprocessing context for `method`; a forkserver one preloads `PRELOAD`."""
     global _configured
     ctx = multiprocessing.get_context(method)
     if method == FORKSERVER:
+        _drop_stale_forkserver()
         with _lock:
             if not _configured:
                 # Only effective before the server starts; the list replaces '__main__', so

@@ -17,6 +17,7 @@ from tests.fixtures.lake_factory import FakeLake
 from tests.loader.delivery.resume_child import make_loader
 
 ROOT = Path(__file__).resolve().parents[3]
+CHILD = "tests.loader.delivery.resume_child"
 
 
 def _lines(path: Path) -> list[dict[str, object]]:
@@ -45,7 +46,7 @@ def test_state_restored_in_a_fresh_process_after_sigkill(loader_lake: FakeLake, 
     log = tmp_path / "first.jsonl"
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     child = subprocess.Popen(
-        [sys.executable, "-m", "tests.loader.delivery.resume_child", str(snapshot), str(log), str(kill_after)],
+        [sys.executable, "-m", CHILD, str(snapshot), str(log), str(kill_after)],
         cwd=ROOT,
         env=env,
     )
@@ -64,7 +65,7 @@ def test_state_restored_in_a_fresh_process_after_sigkill(loader_lake: FakeLake, 
 
     log2 = tmp_path / "second.jsonl"
     subprocess.run(
-        [sys.executable, "-m", "tests.loader.delivery.resume_child", str(snapshot), str(log2), "0", str(state_path)],
+        [sys.executable, "-m", CHILD, str(snapshot), str(log2), "0", str(state_path)],
         cwd=ROOT,
         env=env,
         check=True,
