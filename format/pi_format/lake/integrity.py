@@ -1,4 +1,4 @@
-"""Checksums of the lake's stored bytes (architecture decision 10, SPEC.md §7.13): the writing
+"""Checksums of the lake's stored bytes (architecture decision 10, SPEC.md §7.14): the writing
 side (every Parquet page with its CRC, every video chunk with `chunk_crc32`) and the checks every
 reader of raw bytes shares (pi_loader, `pilake verify`, rewrites, repair).
 
