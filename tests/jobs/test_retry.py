@@ -26,6 +26,14 @@ def test_unreachable_servers_are_transient_refusals_are_not() -> None:
     assert is_transient(OSError(DELTA_REFUSED))
     assert is_transient(RuntimeError(CLICKHOUSE_REFUSED))
     assert is_transient(ConnectionResetError("peer reset"))
+    # pyarrow's S3 filesystem (LakeWriter's Parquet files), the object store down
+    assert is_transient(
+        OSError(
+            "When initiating multiple part upload for key 'lake/raw/part-1.parquet' in bucket 'b': AWS Error "
+            "NETWORK_CONNECTION during CreateMultipartUpload operation: curlCode: 7, "
+            "Couldn't connect to server"
+        )
+    )
     assert is_transient(OSError("Server returned non-2xx status code: 503 Service Unavailable"))
     # wrapped: the cause decides
     try:

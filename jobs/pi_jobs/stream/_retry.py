@@ -21,7 +21,7 @@ log = logging.getLogger("pi_jobs.stream")
 T = TypeVar("T")
 
 # Substrings of the messages that an unreachable or overloaded server gives (delta-rs/object_store,
-# botocore, urllib3/httpx under clickhouse-connect, the OS). Lower case.
+# pyarrow's S3 filesystem, botocore, urllib3 under clickhouse-connect, the OS). Lower case.
 _TRANSIENT = (
     "connection refused",
     "connection reset",
@@ -32,6 +32,12 @@ _TRANSIENT = (
     "timeout",
     "error sending request",
     "failed to connect",
+    "couldn't connect",
+    "could not connect",
+    "network_connection",  # pyarrow's S3 client (AWS C++ SDK): "AWS Error NETWORK_CONNECTION"
+    "service_unavailable",
+    "slow_down",
+    "request_timeout",
     "connecterror",
     "max retries exceeded",
     "service unavailable",

@@ -133,7 +133,8 @@ class EpisodeSinkFunction(KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         self.subtask = int(runtime_context.get_index_of_this_subtask())
-        self._open_writer()
+        # a restart while the object store is still down waits for it here too
+        with_retries("lake open", self._open_writer, retry_s=self.settings.dependency_retry_s)
         self.acks = AckPublisher(
             self.settings.bootstrap_servers, self.settings.ack_topic, self.settings.client_options
         )
