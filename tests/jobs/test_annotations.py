@@ -66,7 +66,7 @@ def test_import_list_and_select_by_annotation(
     )
     assert main(["annotate", "import", str(labels), "--source", "labeler-a"]) == 0
     out = capsys.readouterr().out
-    assert "5 new rows in the lake" in out and "5 rows recorded" in out
+    assert "5 new rows in the lake" in out and "5 rows synced" in out
     assert _sql_ids(catalog, _BY_CUBE) == ["ep-000", "ep-002"]
     # a rerun imports nothing twice
     assert main(["annotate", "import", str(labels), "--source", "labeler-a"]) == 0

@@ -81,7 +81,7 @@ class ImportReport:
         rate = len(self.submitted) / self.seconds if self.seconds else 0.0
         out = [
             f"import: {self.read} episodes read, {len(self.already_in_lake)} already in the lake (skipped), "
-            f"{len(self.submitted)} sent ({self.spooled_mb:.1f} MB) in {self.seconds:.1f} s "
+            f"{len(self.submitted)} sent ({self.spooled_mb:.2f} MB) in {self.seconds:.1f} s "
             f"({rate:.2f} episodes/s)",
             f"import: {len(self.committed)} committed, {len(self.quarantined)} quarantined, "
             f"{len(self.pending)} not confirmed; {self.annotations_added} annotations added",

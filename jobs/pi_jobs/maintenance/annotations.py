@@ -49,7 +49,7 @@ class AnnotationImport:
         return [
             f"annotations: {self.lines} lines for {self.episodes} episodes; "
             f"{self.added} new rows in the lake ({self.lines - self.added} already there)",
-            f"catalog: {self.catalog_recorded} rows recorded (table `annotations`)",
+            f"catalog: {self.catalog_recorded} rows synced to the table `annotations` (idempotent)",
         ]
 
 
