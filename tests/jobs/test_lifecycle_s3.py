@@ -1,9 +1,11 @@
-"""The lifecycle on object storage: a lake on a real S3 HTTP endpoint (moto's server, the S3
-REST protocol over localhost; tests/fixtures/s3_server.py): pin, compact, delete, GC with zero
-retention, and the pin and the lake read back through pi_loader's S3 storage."""
+"""The lifecycle on object storage: a lake on a real S3 server (SeaweedFS, the session's
+`seaweed` fixture, with the production settings): pin, compact, delete, GC with zero retention
+(both under the S3 maintenance lease), and the pin and the lake read back through pi_loader's S3
+storage."""
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -17,19 +19,18 @@ from pi_jobs.maintenance.deletion import delete_episodes
 from pi_loader import CacheConfig, Dataset, SampleSpec
 
 from tests.fixtures.lake_factory import append_episodes, make_episode
-from tests.fixtures.s3_server import S3Endpoint, s3_endpoint
+from tests.fixtures.seaweedfs import SeaweedS3
 
 SPEC = SampleSpec(cameras=("front",), action_horizon=2)
 
 
 @pytest.fixture()
-def s3(monkeypatch: pytest.MonkeyPatch) -> Iterator[S3Endpoint]:
-    with s3_endpoint() as endpoint:
-        # the writers (deltalake, pyarrow) take the endpoint and credentials from the
-        # environment, as `pilake` exports them from the settings
-        for key, value in endpoint.storage_options.items():
-            monkeypatch.setenv(key, value)
-        yield endpoint
+def s3(seaweed: SeaweedS3, monkeypatch: pytest.MonkeyPatch) -> Iterator[SeaweedS3]:
+    # the writers (deltalake, pyarrow, the lease) take the endpoint and credentials from the
+    # environment, as `pilake` exports them from the settings
+    for key, value in seaweed.storage_options.items():
+        monkeypatch.setenv(key, value)
+    yield seaweed
 
 
 def _samples(ds: Dataset) -> list[tuple[str, int, bytes]]:
@@ -42,8 +43,8 @@ def _samples(ds: Dataset) -> list[tuple[str, int, bytes]]:
     return sorted(out)
 
 
-def test_pin_compact_delete_gc_on_s3(s3: S3Endpoint, tmp_path: Path) -> None:
-    layout = LakeLayout(s3.uri("lake"))
+def test_pin_compact_delete_gc_on_s3(s3: SeaweedS3, tmp_path: Path) -> None:
+    layout = LakeLayout(s3.uri(f"lifecycle-{uuid.uuid4().hex[:8]}/lake"))
     fakes = [make_episode(i, steps=10, cameras=("front",), size=(16, 16), seed=0) for i in range(4)]
     append_episodes(layout, fakes, (16, 16), group=1)
 

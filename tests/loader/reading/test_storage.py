@@ -1,7 +1,8 @@
 """pi_loader's storage: local pass-through, and s3:// through a real S3 endpoint into the disk cache.
 
-The S3 endpoint is moto's server (tests/fixtures/s3_server.py): deltalake writes real Delta tables
-to it over HTTP and pyarrow's S3 client reads them back, as they would from AWS.
+The S3 endpoint is the session's SeaweedFS (tests/fixtures/seaweedfs.py): deltalake writes real
+Delta tables to it over HTTP and pyarrow's S3 client reads them back, as they would from AWS.
+moto's server (tests/fixtures/s3_server.py) stays where the test stops the store under the cache.
 """
 
 from __future__ import annotations
@@ -30,15 +31,15 @@ from pi_loader.reading._storage import (
 )
 
 from tests.fixtures.lake_factory import write_lake
-from tests.fixtures.s3_server import SECRET_ACCESS_KEY, S3Endpoint, s3_endpoint
+from tests.fixtures.s3_server import s3_endpoint
+from tests.fixtures.seaweedfs import SeaweedS3
 
 FILES = 6  # one Delta commit per file
 
 
 @pytest.fixture(scope="module")
-def s3() -> Iterator[S3Endpoint]:
-    with s3_endpoint() as endpoint:
-        yield endpoint
+def s3(seaweed: SeaweedS3) -> Iterator[SeaweedS3]:
+    yield seaweed
 
 
 def _batch(i: int) -> pa.Table:
@@ -53,7 +54,7 @@ def _batch(i: int) -> pa.Table:
 
 
 @pytest.fixture(scope="module")
-def s3_table(s3: S3Endpoint) -> tuple[str, list[str]]:
+def s3_table(s3: SeaweedS3) -> tuple[str, list[str]]:
     """A Delta table of FILES data files on the S3 endpoint, and its file URIs."""
     uri = s3.uri("lake/steps")
     for i in range(FILES):
@@ -63,7 +64,7 @@ def s3_table(s3: S3Endpoint) -> tuple[str, list[str]]:
     return uri, files
 
 
-def _direct_bytes(s3: S3Endpoint, uri: str) -> bytes:
+def _direct_bytes(s3: SeaweedS3, uri: str) -> bytes:
     """The object's bytes, read straight from the endpoint without pi_loader."""
     fs = S3Options.from_storage_options(s3.storage_options).filesystem()
     with fs.open_input_stream(uri.removeprefix("s3://")) as f:
@@ -165,7 +166,7 @@ def test_storage_for_argument_errors(tmp_path: Path) -> None:
 
 
 def test_s3_files_download_once_then_hit(
-    s3: S3Endpoint, s3_table: tuple[str, list[str]], tmp_path: Path
+    s3: SeaweedS3, s3_table: tuple[str, list[str]], tmp_path: Path
 ) -> None:
     table_uri, files = s3_table
     storage = storage_for(
@@ -193,7 +194,7 @@ def test_s3_files_download_once_then_hit(
 
 
 def test_s3_small_cache_evicts_and_stays_under_limit(
-    s3: S3Endpoint, s3_table: tuple[str, list[str]], tmp_path: Path
+    s3: SeaweedS3, s3_table: tuple[str, list[str]], tmp_path: Path
 ) -> None:
     _, files = s3_table
     sizes = [len(_direct_bytes(s3, f)) for f in files]
@@ -212,17 +213,17 @@ def test_s3_small_cache_evicts_and_stays_under_limit(
     assert stats.size_bytes == storage.cache.scan_size_bytes() <= limit
 
 
-def test_s3_storage_pickles_without_leaking_secrets_into_repr(s3: S3Endpoint, tmp_path: Path) -> None:
+def test_s3_storage_pickles_without_leaking_secrets_into_repr(s3: SeaweedS3, tmp_path: Path) -> None:
     storage = storage_for(
         s3.uri("lake"), storage_options=s3.storage_options, cache=CacheConfig(tmp_path, 10**6)
     )
-    assert SECRET_ACCESS_KEY not in repr(storage)
+    assert s3.secret_access_key not in repr(storage)
     clone = pickle.loads(pickle.dumps(storage))
     assert isinstance(clone, S3Storage) and repr(clone) == repr(storage)
 
 
 def test_s3_missing_object_and_dead_endpoint_are_storage_errors(
-    s3: S3Endpoint, s3_table: tuple[str, list[str]], tmp_path: Path
+    s3: SeaweedS3, s3_table: tuple[str, list[str]], tmp_path: Path
 ) -> None:
     storage = storage_for(
         s3.uri("lake"), storage_options=s3.storage_options, cache=CacheConfig(tmp_path, 10**6)
@@ -232,7 +233,7 @@ def test_s3_missing_object_and_dead_endpoint_are_storage_errors(
         RemoteFileNotFoundError, match=r"is not a file on http://127\.0\.0\.1:.*was it vacuumed"
     ) as info:
         storage.local_path(missing)
-    assert SECRET_ACCESS_KEY not in str(info.value)
+    assert s3.secret_access_key not in str(info.value)
     assert isinstance(info.value, FileNotFoundError) and isinstance(info.value, StorageError)
     with pytest.raises(ValueError, match="expected an s3://bucket/key URI"):
         storage.local_path("s3://bucket-only")
@@ -242,7 +243,7 @@ def test_s3_missing_object_and_dead_endpoint_are_storage_errors(
     with pytest.raises(StorageError, match="cannot stat s3://") as dead_info:
         dead_storage.local_path(s3_table[1][0])
     assert not isinstance(dead_info.value, FileNotFoundError)  # unreachable is not "vacuumed"
-    assert SECRET_ACCESS_KEY not in str(dead_info.value) and dead_info.value.__cause__ is None
+    assert s3.secret_access_key not in str(dead_info.value) and dead_info.value.__cause__ is None
 
 
 def _read_all(storage: Storage, files: list[str], out: mp.Queue) -> None:
@@ -254,7 +255,7 @@ def _read_all(storage: Storage, files: list[str], out: mp.Queue) -> None:
 
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_s3_two_processes_fill_one_cache(
-    s3: S3Endpoint, s3_table: tuple[str, list[str]], tmp_path: Path, method: str
+    s3: SeaweedS3, s3_table: tuple[str, list[str]], tmp_path: Path, method: str
 ) -> None:
     _, files = s3_table
     want = {f: hashlib.sha256(_direct_bytes(s3, f)).hexdigest() for f in files}
@@ -283,7 +284,7 @@ def test_s3_two_processes_fill_one_cache(
 # -- Dataset over s3:// ---------------------------------------------------------------------
 
 
-def test_dataset_on_s3_equals_the_local_dataset(s3: S3Endpoint, tmp_path: Path) -> None:
+def test_dataset_on_s3_equals_the_local_dataset(s3: SeaweedS3, tmp_path: Path) -> None:
     lake = write_lake(tmp_path / "lake", episodes=2, steps=6, cameras=("front", "wrist"), size=(48, 32))
     # Delta logs name data files relative to the table root, so a copied lake is the same lake.
     s3fs = S3Options.from_storage_options(s3.storage_options).filesystem()
