@@ -58,7 +58,8 @@ def _cmd_repair(settings: Settings, args: argparse.Namespace) -> int:
         print("repair: nothing is damaged")
         return 0
     catalog = None if args.no_catalog else settings.catalog_path
-    result = repair_lake(layout, report, RepairConfig(catalog_path=catalog, dry_run=args.dry_run), say=print)
+    # progress goes to the log (one line per episode); the summary below says what was done
+    result = repair_lake(layout, report, RepairConfig(catalog_path=catalog, dry_run=args.dry_run))
     for line in result.lines():
         print(line)
     return result.exit_code
