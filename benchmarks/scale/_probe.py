@@ -46,13 +46,17 @@ def _mb(kb: int | None) -> float | None:
 
 
 def worker_pids() -> list[int]:
-    """This process's loader workers (spawned processes; the resource tracker left out)."""
+    """This process's loader workers: spawned processes, or the children of a forkserver (the
+    loader's default start method; the forkserver itself and the resource tracker left out)."""
     import psutil  # type: ignore[import-untyped]
 
     out = []
     for child in psutil.Process().children(recursive=True):
         try:
-            if any("spawn_main" in part for part in child.cmdline()):
+            spawned = any("spawn_main" in part for part in child.cmdline())
+            parent = child.parent()
+            forked = parent is not None and any("multiprocessing.forkserver" in p for p in parent.cmdline())
+            if spawned or forked:
                 out.append(child.pid)
         except psutil.Error:
             pass

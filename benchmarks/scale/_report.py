@@ -99,15 +99,19 @@ def judge(results: dict[str, Any]) -> dict[str, dict[str, Any]]:
 
     ingest = results.get("ingest") or {}
     speedup = ingest.get("parallelism_2_vs_1")
+    # met only when the whole spread of the interleaved bursts' ratios clears 1.6x; a ratio of
+    # single bursts (a legacy figure) is not measured
+    verdict = judge_figure(spread_of(speedup), INGEST_SPEEDUP_MIN)
     out[TARGETS[1]] = _judge(
-        None if speedup is None else speedup >= INGEST_SPEEDUP_MIN,
+        verdict["met"],
         speedup,
         ">= 1.6x",
         ingest.get("source") or "",
-        f"{speedup}x, missed by {(1 - speedup / INGEST_SPEEDUP_MIN) * 100:.0f}%{_ingest_cpu(ingest)}"
-        if speedup is not None
-        else ingest.get("why") or "not measured",
+        f"{text_of(speedup)}x: {verdict['verdict']}{_ingest_cpu(ingest)}"
+        if verdict["met"] is not None
+        else ingest.get("why") or f"no spread: {text_of(speedup)}",
     )
+    out[TARGETS[1]]["verdict"] = verdict["verdict"]
 
     probe = (top or {}).get("probe") or {}
     open_s = probe.get("open_s")
