@@ -136,3 +136,37 @@ def test_compaction_waits_for_the_lease_gc_holds(s3_env: Any) -> None:
             compact(layout)
     with maintenance_lock(layout, "compact"):  # released by the first
         pass
+
+
+def test_gc_deletes_nothing_once_its_lease_is_lost(s3_env: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    import importlib
+
+    from pi_jobs.maintenance import GcConfig, gc
+
+    from tests.fixtures.lake_factory import append_episodes, make_episode
+
+    layout = LakeLayout(s3_env.uri("lease/gc-lake"))
+    append_episodes(
+        layout, [make_episode(i, steps=4, cameras=("front",), size=(8, 8), seed=0) for i in range(2)], (8, 8)
+    )
+    gc_module = importlib.import_module("pi_jobs.maintenance.gc")  # the package exports gc() itself
+    deletes: list[str] = []
+
+    def remove_orphans(*args: Any, **kwargs: Any) -> int:
+        deletes.append("orphans")
+        return 0
+
+    def delete_files(*args: Any, **kwargs: Any) -> tuple[dict[str, int], dict[str, int]]:
+        deletes.append("files")
+        return {}, {}
+
+    monkeypatch.setattr(gc_module, "remove_orphan_files", remove_orphans)
+    monkeypatch.setattr(gc_module, "delete_unneeded_files", delete_files)
+
+    def lost(self: S3Lease) -> None:  # as after a stall past the TTL: another GC took the lease over
+        raise MaintenanceLeaseLostError(f"{self.operation} lost its maintenance lease {self.uri}")
+
+    monkeypatch.setattr(S3Lease, "ensure_held", lost)
+    with pytest.raises(MaintenanceLeaseLostError, match="gc lost its maintenance lease"):
+        gc(layout, GcConfig(retention_hours=0))
+    assert deletes == []

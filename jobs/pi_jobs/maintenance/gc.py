@@ -210,7 +210,7 @@ def gc(
     started = time.monotonic()
     retention_s = config.retention_hours * 3600.0
     report = GcReport(dry_run=config.dry_run)
-    with maintenance_lock(layout, "gc"):
+    with maintenance_lock(layout, "gc") as lock:
         plan = plan_gc(layout)
         report.markers_removed = dict(plan.reasons)
         report.groups_rewritten = len(plan.groups)
@@ -233,6 +233,8 @@ def gc(
                 writer_id=config.writer_id,
                 progress=lambda done, total: say(f"gc: rewrote {done}/{total} file groups"),
             )
+        # deleting is irreversible: not once an object-store lease was lost (another GC may run)
+        lock.ensure_held()
         report.orphan_files = remove_orphan_files(
             layout, plan.lake, max(retention_s, IN_FLIGHT_GRACE_S), dry_run=config.dry_run
         )
@@ -243,6 +245,7 @@ def gc(
         report.annotation_rows_removed = drop_episode_annotations(
             layout, plan.deleted_unpinned, dry_run=config.dry_run, writer_id=config.writer_id
         )
+        lock.ensure_held()
         deleted_files, deleted_bytes = delete_unneeded_files(layout, retention_s, dry_run=config.dry_run)
         report.files_deleted, report.bytes_deleted = deleted_files, deleted_bytes
         if retention_s > 0 or config.dry_run:
