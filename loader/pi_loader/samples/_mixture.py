@@ -305,9 +305,11 @@ class Mixture:
                 continue
             if all(key in batch for _, batch, _ in parts):
                 first = parts[0][1][key]
-                out[key] = np.empty((b, *first.shape[1:]), first.dtype)
+                text = first.dtype.kind in "US"  # strings of other widths in other sources
+                merged = np.empty((b, *first.shape[1:]), object if text else first.dtype)
                 for rows, batch, _ in parts:
-                    out[key][rows] = batch[key]
+                    merged[rows] = batch[key]
+                out[key] = merged.astype(np.str_) if text else merged
         for camera in self.cameras:
             key = f"{IMAGE_KEY_PREFIX}{camera}"
             shape = (b, *self._image_shapes[camera])

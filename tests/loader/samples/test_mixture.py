@@ -136,6 +136,18 @@ def test_sources_of_other_cameras_and_dims_share_one_spec(two_lakes: tuple[FakeL
     for row in np.flatnonzero(src == 0)[:3]:
         episode = a.episodes[str(batch["episode_id"][row])]
         assert np.array_equal(batch["observation.state"][row, :3], episode.proprio[int(batch["step"][row])])
+    # string keys of different widths per source keep every character
+    from pi_format.lake import Annotation, AnnotationStore
+
+    for lake, text in ((a, "go"), (b, "a much longer instruction")):
+        AnnotationStore(lake.layout).append(
+            [Annotation("ep-000", lake.episodes["ep-000"].attempt_id, 0, 8, "instruction", text, source="t")]
+        )
+    a_ds = Dataset(a.layout, spec=SampleSpec(action_horizon=2, annotations=("instruction",)))
+    b_ds = Dataset(b.layout, spec=SampleSpec(action_horizon=2, annotations=("instruction",)))
+    texts = Mixture([(a_ds, 1.0), (b_ds, 1.0)]).samples(np.arange(44))
+    assert texts["annotation.instruction"].dtype.kind == "U"
+    assert set(texts["annotation.instruction"].tolist()) == {"", "go", "a much longer instruction"}
     merged = mix.norm_stats()["action"]
     per = mix.source_norm_stats()
     want = (31 * per["a"]["action"].mean[:2] + 13 * per["b"]["action"].mean[:2]) / 44
