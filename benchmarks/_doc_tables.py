@@ -183,8 +183,9 @@ def trainer(b: Path) -> str:
     repeats = doc["config"].get("repeats", 1)
     return (
         f"`baselines/trainer.json` ({doc['mode']}, batch {doc['config']['batch_size']}, "
-        f"{doc['config']['steps']} steps a leg, {repeats} run(s) per leg):\n\n{table}\n\nRatios: {ratios}."
-        + _needs_rerun(doc)
+        f"{doc['config']['steps']} steps a leg, {repeats} run(s) per leg; "
+        f"{doc['machine']['cpus']} CPUs, load average {doc['machine']['load_avg'][0]:.1f} at the start):\n\n"
+        f"{table}\n\nRatios: {ratios}." + _needs_rerun(doc)
     )
 
 
