@@ -172,15 +172,19 @@ def compare(
                 row["status"] = "ok"
             else:
                 row["status"] = "FAIL" if judged["status"] == "regressed" else "FAIL: undecided"
+                head = (
+                    f"{ratio.path} regressed by {judged['change']:.0%}"
+                    if judged["status"] == "regressed"
+                    else f"{ratio.path} is undecided (median {judged['change']:+.0%} worse)"
+                )
                 why = (
                     "its whole spread is past"
                     if judged["status"] == "regressed"
                     else "its spread straddles (rerun with more repeats)"
                 )
                 failures.append(
-                    f"{ratio.path} regressed by {judged['change']:.0%}: {now.text()} now vs {base.text()} "
-                    f"in the baseline; {why} the bound {judged['bound']:.4g} ({better} is better; "
-                    f"tolerance {tolerance:.0%})"
+                    f"{head}: {now.text()} now vs {base.text()} in the baseline; {why} the bound "
+                    f"{judged['bound']:.4g} ({better} is better; tolerance {tolerance:.0%})"
                 )
         rows.append(row)
     return rows, failures
@@ -232,7 +236,8 @@ def main(argv: list[str] | None = None) -> int:
     _print(rows)
     if failures:
         print(
-            f"\n{args.name}: {len(failures)} ratio(s) regressed beyond {args.tolerance:.0%}:", file=sys.stderr
+            f"\n{args.name}: {len(failures)} ratio(s) regressed or undecided at {args.tolerance:.0%}:",
+            file=sys.stderr,
         )
         for failure in failures:
             print(f"  {failure}", file=sys.stderr)
