@@ -60,7 +60,14 @@ def test_rebuild_indexes_the_visible_attempt_only_and_leaves_deleted_episodes_ou
     ]
     assert cat.rebuild_from_lake(edited_lake.layout) == 2  # again: the same index
     assert _count(cat, "SELECT count() AS n FROM episodes_index") == 2  # the old rows went with the swap
-    assert _tables(cat) == ["dataset_snapshots", "episode_freshness", "episodes", "episodes_index"]
+    assert _tables(cat) == [  # the annotations table is rebuilt (and swapped) with the index
+        "annotations",
+        "annotations_index",
+        "dataset_snapshots",
+        "episode_freshness",
+        "episodes",
+        "episodes_index",
+    ]
 
 
 def test_rebuild_keeps_snapshots_and_freshness(tmp_path: Path, edited_lake: FakeLake) -> None:
