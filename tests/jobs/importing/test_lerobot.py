@@ -5,6 +5,7 @@ the stream job into the lake."""
 
 from __future__ import annotations
 
+import io
 import json
 import shutil
 import uuid
@@ -130,3 +131,58 @@ def test_import_commits_through_the_stream_job_with_instructions(
     ]
     again = run_import(read_lerobot(DATASET), ImportConfig(uploader, job.lake_root), say=lambda _: None)
     assert sorted(again.already_in_lake) == ids and not again.submitted
+
+
+def _frames_of(item_episode: object) -> np.ndarray:
+    from pi_format import Episode
+
+    assert isinstance(item_episode, Episode)
+    return np.stack([f.to_ndarray(format="rgb24") for f in decode_container(item_episode.camera("top").data)])
+
+
+def test_h264_videos_and_image_features_read_the_same(tmp_path: Path) -> None:
+    """LeRobot writes AV1 by default; H.264 files (other encoders, older conversions) and `image`
+    features (PNG bytes in the data parquet) carry the same frames. Both are made here from the
+    lerobot-written fixture (re-encoded with PyAV, or its frames stored as PNG cells)."""
+    import av
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from PIL import Image
+
+    video = "videos/observation.images.top/chunk-000/file-000.mp4"
+    with av.open(str(DATASET / video)) as container:
+        decoded = [f.to_ndarray(format="rgb24") for f in container.decode(video=0)]
+    h264 = tmp_path / "h264"
+    shutil.copytree(DATASET, h264)
+    with av.open(str(h264 / video), mode="w") as out:
+        stream = out.add_stream("libx264", rate=fx.FPS)
+        stream.width, stream.height, stream.pix_fmt = fx.SIZE, fx.SIZE, "yuv420p"
+        stream.options = {"crf": "12", "g": "2"}
+        for i, image in enumerate(decoded):
+            frame = av.VideoFrame.from_ndarray(image, format="rgb24")
+            frame.pts = i
+            out.mux(stream.encode(frame))
+        out.mux(stream.encode())
+    images = tmp_path / "images"
+    shutil.copytree(DATASET, images)
+    shutil.rmtree(images / "videos")
+    info = json.loads((images / "meta" / "info.json").read_text())
+    info["features"]["observation.images.top"]["dtype"] = "image"
+    (images / "meta" / "info.json").write_text(json.dumps(info))
+    data_path = images / "data" / "chunk-000" / "file-000.parquet"
+    data = pq.read_table(data_path)
+    cells = []
+    for image in decoded:
+        buffer = io.BytesIO()
+        Image.fromarray(image).save(buffer, format="PNG")
+        cells.append({"bytes": buffer.getvalue(), "path": None})
+    pq.write_table(data.append_column("observation.images.top", pa.array(cells)), data_path)
+    original = [_frames_of(i.episode) for i in read_lerobot(DATASET)]
+    for variant in (h264, images):
+        items = list(read_lerobot(variant))
+        assert [i.episode.step_count for i in items] == list(fx.LENGTHS)
+        for n, item in enumerate(items):
+            assert np.array_equal(
+                item.episode.action, np.stack([fx.action(n, t) for t in range(len(item.episode.action))])
+            )
+            assert _psnr(_frames_of(item.episode), original[n]) > 35.0, variant
