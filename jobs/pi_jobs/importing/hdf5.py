@@ -8,7 +8,8 @@ Layouts recognised without a mapping:
   order; uint8 [T, H, W, 3] ones are cameras (`agentview_image` -> camera `agentview`). The rate
   is not stored: 20 Hz (robosuite's control frequency) unless `fps` says otherwise.
 * **ALOHA / ACT**: `/observations/qpos` [T, D], `/observations/images/<cam>` uint8 [T, H, W, 3],
-  `/action` [T, A], one episode per file, 50 Hz (ALOHA's control rate).
+  `/action` [T, A], one episode per file, 50 Hz (ALOHA's control rate); recordings made with
+  aloha's COMPRESS option (JPEG rows padded to the longest, `compress_len`) are decoded.
 
 A **mapping file** (TOML) describes any other layout:
 
@@ -233,7 +234,7 @@ def read_hdf5(
                 [_array(group, key, where).reshape(len(group[key]), -1) for key in layout.proprio], axis=1
             )
             action = _array(group, layout.action, where)
-            frames = {cam: _array(group, key, where) for cam, key in layout.cameras.items()}
+            frames = {cam: _frames(group, key, where) for cam, key in layout.cameras.items()}
             item = name.rsplit("/", 1)[-1] if name else "episode"
             episode = make_episode(
                 episode_id=episode_id(path.stem, digest, item),
@@ -260,6 +261,33 @@ def _episode_groups(h5: Any, pattern: str) -> list[str]:
     if not names:
         raise DatasetImportError(f"{h5.filename}: no group matches episodes = {pattern!r}")
     return [f"{parent}/{k}" if parent else k for k in names]
+
+
+def _frames(group: Any, key: str, where: str) -> np.ndarray:
+    """uint8 [T, H, W, 3] frames of `key`; ALOHA's compressed recordings (`compress` set on the
+    file: each row a JPEG padded to the longest, `compress_len` [cameras, T] the true lengths)
+    are decoded here."""
+    frames = _array(group, key, where)
+    if frames.ndim != 2 or frames.dtype != np.uint8:
+        return frames
+    import io
+
+    from PIL import Image
+
+    lengths = None
+    if "compress_len" in group.file and key.startswith("observations/images/"):
+        cameras = list(group.file["observations/images"])
+        lengths = group.file["compress_len"][()][cameras.index(key.rsplit("/", 1)[-1])]
+    decoded = []
+    for t, row in enumerate(frames):
+        size = int(lengths[t]) if lengths is not None else len(row)
+        try:
+            decoded.append(np.asarray(Image.open(io.BytesIO(row[:size].tobytes())).convert("RGB")))
+        except OSError as err:
+            raise DatasetImportError(
+                f"{where}: {key} row {t} is neither a frame nor a JPEG/PNG: {err}"
+            ) from err
+    return np.stack(decoded)
 
 
 def _array(group: Any, key: str, where: str) -> np.ndarray:

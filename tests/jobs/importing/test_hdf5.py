@@ -50,6 +50,16 @@ def test_aloha_layout_keeps_the_frames_within_the_codec(tmp_path: Path) -> None:
     assert psnr > 30.0 and np.abs(error).mean() < 6.0, (psnr, np.abs(error).mean())
 
 
+def test_compressed_aloha_recordings_are_decoded(tmp_path: Path) -> None:
+    path = write_aloha(tmp_path / "episode_3.hdf5", steps=8, seed=2, compress=True)
+    (item,) = list(read_hdf5(path))
+    decoded = np.stack(
+        [f.to_ndarray(format="rgb24") for f in decode_container(item.episode.camera("top").data)]
+    )
+    error = decoded.astype(float) - frames(8, 24, 32, 2).astype(float)
+    assert decoded.shape == (8, 24, 32, 3) and 10 * np.log10(255.0**2 / np.mean(error**2)) > 28.0
+
+
 def test_a_mapping_file_reads_any_layout(tmp_path: Path) -> None:
     path = tmp_path / "custom.h5"
     with h5py.File(path, "w") as f:
