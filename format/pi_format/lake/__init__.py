@@ -10,6 +10,7 @@ reader already depends on, and it imports no other pi package (SPEC.md §7).
 
 from pi_format.errors import ChecksumError
 from pi_format.lake._commit import commit_actions
+from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, table_filesystem, write_file
 from pi_format.lake.annotations import (
     ANNOTATION_KINDS,
     Annotation,
@@ -18,7 +19,6 @@ from pi_format.lake.annotations import (
     drop_episode_annotations,
     value_at,
 )
-from pi_format.lake._files import STEPS_ROW_GROUP_STEPS, WrittenFile, table_filesystem, write_file
 from pi_format.lake.integrity import (
     CHUNK_CRC_COLUMN,
     FileCheck,
