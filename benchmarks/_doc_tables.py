@@ -60,11 +60,22 @@ def _needs_rerun(doc: dict[str, Any]) -> str:
     return f"\n\nNeeds a rerun: {', '.join(note['what'])} ({note['note']}; `{note['how']}`)."
 
 
+def _load(machine: dict[str, Any]) -> str:
+    if "load_average_at_end" in machine:
+        return f"{machine['load_average_at_end'][0]:g} at the end"
+    return str(machine.get("load_average_observed", "not recorded")).split(" (")[0] + " while it ran"
+
+
 def loader(b: Path) -> str:
     doc = json.loads((b / "loader.json").read_text())
     legs: dict[str, dict[int, dict[str, Any]]] = {}
-    for leg in doc["legs"]:
-        legs.setdefault(leg["loader"], {})[int(leg["workers"])] = leg
+    if "figures" in doc:  # medians with their spread over the interleaved repeats
+        for w, per in doc["figures"].items():
+            for name, figures in per.items():
+                legs.setdefault(name, {})[int(w)] = figures
+    else:  # one run per leg (before the rule)
+        for leg in doc["legs"]:
+            legs.setdefault(leg["loader"], {})[int(leg["workers"])] = leg
     repeats = sorted({int(leg.get("repeat", 0)) for leg in doc["legs"]})
     rows = []
     for name, by_w in legs.items():
@@ -74,8 +85,8 @@ def loader(b: Path) -> str:
                 LOADER_LABELS.get(name, name),
                 text_of(one.get("samples_per_s"), "{:,.0f}"),
                 text_of(two.get("samples_per_s"), "{:,.0f}"),
-                " / ".join(_num(leg.get("cpu_ms_per_sample"), "{:.2f}") for leg in (one, two)),
-                _num(two.get("peak_memory_mb"), "{:,.0f}"),
+                " / ".join(text_of(leg.get("cpu_ms_per_sample"), "{:.2f}") for leg in (one, two)),
+                text_of(two.get("peak_memory_mb"), "{:,.0f}"),
             ]
         )
     table = markdown(
@@ -83,12 +94,22 @@ def loader(b: Path) -> str:
     )
     r = doc["ratios"]
     first = doc["time_to_first_batch"]
+    detail = doc.get("targets_detail", {})
+
+    def verdict(name: str) -> str:
+        judged = detail.get(name)
+        found = (
+            [d["verdict"] for d in judged] if isinstance(judged, list) else [(judged or {}).get("verdict")]
+        )
+        met = doc["targets"].get(name)
+        return "undecided" if "undecided" in found and not met else VERDICT[met]
+
     targets = [
-        f"≥5× LeRobot: {VERDICT[doc['targets'].get('pi_loader >= 5x LeRobotDataset (every worker count)')]} "
+        f"≥5× LeRobot: {verdict('pi_loader >= 5x LeRobotDataset (every worker count)')} "
         f"({text_of(r['1']['pi_loader_vs_lerobot'])} with 1 worker, "
         f"{text_of(r['2']['pi_loader_vs_lerobot'])} with 2)",
         f"≥70% of the decode limit with 2 workers: "
-        f"{VERDICT[doc['targets'].get('>= 70% of the raw decode limit with 2 workers')]} "
+        f"{verdict('>= 70% of the raw decode limit with 2 workers')} "
         f"({text_of(r['2']['pi_loader_vs_limit'])})",
         f"first batch on {first['episodes']:,} episodes via SQL < 5 s: "
         f"{VERDICT[doc['targets'].get('time to first batch < 5 s on 1000 episodes')]} "
@@ -99,7 +120,7 @@ def loader(b: Path) -> str:
     return (
         f"`baselines/loader.json` ({doc['data']['episodes']} episodes of "
         f"{doc['data']['episode_duration_s']:g} s, batch {doc['sample']['batch_size']}, "
-        f"{len(repeats)} run(s) per leg; samples/s):\n\n"
+        f"{len(repeats)} run(s) per leg; load average {_load(doc['machine'])}; samples/s):\n\n"
         f"{table}\n\n"
         + "\n".join(f"- {t}" for t in targets)
         + f"\n\nOn disk for the same episodes: {storage}."

@@ -179,7 +179,8 @@ def summarize(
             "video_keyframe_interval": config.keyframe_interval,
         },
         "measure_s": measure_s,
-        "machine": {"cpus": os.cpu_count()},
+        # load from other work moves every figure on a shared machine: the spreads show how much
+        "machine": {"cpus": os.cpu_count(), "load_average_at_end": [round(x, 2) for x in os.getloadavg()]},
         "repeats": args.repeats,
         "legs": legs,
         "figures": leg_figures(legs),
@@ -227,8 +228,22 @@ def print_table(results: dict[str, Any]) -> None:
     if results.get("storage_mb"):
         sizes = ", ".join(f"{name} {mb:.1f} MB" for name, mb in results["storage_mb"].items())
         print(f"on disk (same frames): {sizes}")
+    detail = results.get("targets_detail", {})
     for name, ok in results["targets"].items():
-        print(f"target {name}: {'PASS' if ok else 'n/a' if ok is None else 'FAIL'}")
+        judged = detail.get(name)
+        verdicts = (
+            {d["verdict"] for d in judged} if isinstance(judged, list) else {(judged or {}).get("verdict")}
+        )
+        flag = (
+            "UNDECIDED"
+            if "undecided" in verdicts and not ok
+            else "PASS"
+            if ok
+            else "n/a"
+            if ok is None
+            else "FAIL"
+        )
+        print(f"target {name}: {flag}")
 
 
 def plot(results: dict[str, Any], path: Path) -> None:
