@@ -6,7 +6,7 @@
 | `compaction` | `pilake compact` | merge the small files streaming leaves |
 | `gc` | `pilake gc` | remove superseded, deleted and uncommitted rows and unneeded files |
 | `deletion` | `pilake episodes delete` | take episodes out of every new selection; GC removes their bytes |
-| `annotations` | `pilake annotate import/list` | instructions, subtasks, scores and tags of step spans (SPEC.md §7.12) |
+| `annotations` | `pilake annotate import/list` | labels of step spans after the fact (SPEC.md §7.12) |
 
 The rewrite protocol they share (file groups, commit order) is `pi_format.lake.file_groups` and
 `pi_format.lake.rewrite`; pins themselves are `pi_format.lake.pins`.
