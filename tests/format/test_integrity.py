@@ -104,3 +104,23 @@ def test_rows_without_the_column_are_unverifiable_and_get_one_when_written(lake_
     assert check_chunk_crcs(rows) == rows.num_rows
     filled = with_chunk_crcs(rows)
     assert check_chunk_crcs(filled) == 0
+
+
+def test_the_visibility_reads_check_page_crcs(lake_root: Path, tmp_path: Path) -> None:
+    import shutil
+
+    from pi_format import LakeLayout
+    from pi_format.lake import read_committed
+
+    root = tmp_path / "lake"
+    shutil.copytree(lake_root, root)
+    layout = LakeLayout(str(root))
+    assert read_committed(layout, ["step_count"]).num_rows == 2
+    (path,) = _files(root, "episodes")
+    metadata = pq.ParquetFile(path).metadata
+    (_, _, start, length) = next(r for r in column_chunk_ranges(metadata) if r[1] == "step_count")
+    data = bytearray(Path(path).read_bytes())
+    data[start + length - 2] ^= 0x04  # the markers' step_count page
+    Path(path).write_bytes(bytes(data))
+    with pytest.raises(OSError, match="CRC"):
+        read_committed(layout, ["step_count"])

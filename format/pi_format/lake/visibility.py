@@ -112,7 +112,7 @@ def read_deleted_ids(
         table = _delta_table(layout, "deletions", version, storage_options)
     except Exception:  # deltalake's TableNotFoundError: a lake made before deletions existed
         return pa.array([], pa.string())
-    ids = table.to_pyarrow_table(columns=["episode_id"]).column("episode_id")
+    ids = _checked(table, ["episode_id"]).column("episode_id")
     return pc.unique(ids.combine_chunks()) if len(ids) else pa.array([], pa.string())
 
 
@@ -159,7 +159,7 @@ def read_committed(
         1200
     """
     wanted = None if columns is None else list(dict.fromkeys([*COMMIT_COLUMNS, *columns]))
-    table = _delta_table(layout, "episodes", version, storage_options).to_pyarrow_table(columns=wanted)
+    table = _checked(_delta_table(layout, "episodes", version, storage_options), wanted)
     committed = latest_commits(table, read_deleted_ids(layout, storage_options=storage_options))
     return committed if columns is None else committed.select(list(dict.fromkeys(["episode_id", *columns])))
 
@@ -181,18 +181,29 @@ def read_visible(
         >>> steps = read_visible(LakeLayout("/data/lake"), "steps", ["episode_id", "step_index"])
     """
     versions = versions or {}
+    episodes = _delta_table(layout, "episodes", versions.get("episodes"), storage_options)
     committed = latest_commits(
-        _delta_table(layout, "episodes", versions.get("episodes"), storage_options).to_pyarrow_table(
-            columns=list(COMMIT_COLUMNS)
-        ),
-        read_deleted_ids(layout, storage_options=storage_options),
+        _checked(episodes, list(COMMIT_COLUMNS)), read_deleted_ids(layout, storage_options=storage_options)
     )
     wanted = None if columns is None else list(dict.fromkeys([*columns, "episode_id", "attempt_id"]))
-    rows = _delta_table(layout, name, versions.get(name), storage_options).to_pyarrow_table(
-        columns=wanted, filters=filters
-    )
+    rows = _checked(_delta_table(layout, name, versions.get(name), storage_options), wanted, filters)
     visible = visible_rows(rows, committed)
     return visible if columns is None else visible.select(list(columns))
+
+
+def _checked(table: Any, columns: list[str] | None, filters: Any = None) -> pa.Table:
+    """`table.to_pyarrow_table(columns=..., filters=...)` (deltalake's own read, the same
+    dataset) with every Parquet page's CRC checked (SPEC.md §7.14): a damaged page raises
+    OSError naming the CRC, never different rows."""
+    import pyarrow.dataset as pads
+    from pyarrow.parquet import filters_to_expression
+
+    expression = None if filters is None else filters_to_expression(filters)
+    options = pads.ParquetFragmentScanOptions(page_checksum_verification=True)
+    result: pa.Table = table.to_pyarrow_dataset().to_table(
+        columns=columns, filter=expression, fragment_scan_options=options
+    )
+    return result
 
 
 def _delta_table(
