@@ -245,8 +245,8 @@ def start_object_store(
 
 
 def _bucket_ready(config: ObjectStoreConfig) -> bool:
-    """The S3 API answers for the bucket: a signed HEAD with the server's identity (boto3), or
-    an anonymous one when the server has none."""
+    """The S3 API serves the bucket: with the server's identity (boto3) a write and a read back,
+    or an anonymous HEAD when the server has none."""
     if not _port_open(config.s3_port):
         return False
     if not config.access_key_id:
@@ -272,9 +272,15 @@ def _bucket_ready(config: ObjectStoreConfig) -> bool:
         region_name="us-east-1",
         config=botocore.config.Config(connect_timeout=2, read_timeout=5, retries={"max_attempts": 1}),
     )
+    # A write and a read back, not just the bucket: right after a restart SeaweedFS answers for
+    # the bucket seconds before its volume server has re-registered and objects can be read.
+    probe = "_pilake_ready_probe"
     try:
         client.head_bucket(Bucket=config.bucket)
-        return True
+        client.put_object(Bucket=config.bucket, Key=probe, Body=b"ok")
+        ready = client.get_object(Bucket=config.bucket, Key=probe)["Body"].read() == b"ok"
+        client.delete_object(Bucket=config.bucket, Key=probe)
+        return bool(ready)
     except (botocore.exceptions.ClientError, botocore.exceptions.BotoCoreError):
         return False
 
