@@ -73,13 +73,26 @@ class _ThreadCodec(threading.local):
         self.decoder = _new_decoder()
         return self.decoder
 
-    def to_rgb(self, frame: av.VideoFrame) -> np.ndarray:
+    def to_rgb(self, frame: av.VideoFrame, out: np.ndarray | None = None) -> np.ndarray:
         if self.reformatter is None:
             self.reformatter = VideoReformatter()
         # threads=1: PyAV's default (0, automatic) starts swscale threads, which cost more than
         # converting a 224x224 frame and which a forked child (torch's DataLoader workers)
         # inherits as dead threads and waits on forever.
-        return np.asarray(self.reformatter.reformat(frame, format="rgb24", threads=1).to_ndarray())
+        rgb = self.reformatter.reformat(frame, format="rgb24", threads=1)
+        if out is None:
+            return np.asarray(rgb.to_ndarray())
+        # Straight from swscale's plane into the caller's array (a batch's slot): one copy of the
+        # pixels instead of two (to_ndarray's, then the batch's).
+        plane = rgb.planes[0]
+        height, width, stride = rgb.height, rgb.width, plane.line_size
+        if out.shape != (height, width, 3) or out.dtype != np.uint8:
+            raise ValueError(
+                f"out must be uint8 ({height}, {width}, 3) for this frame, got {out.dtype} {out.shape}"
+            )
+        rows = np.frombuffer(memoryview(plane), np.uint8, count=height * stride).reshape(height, stride)
+        np.copyto(out, rows[:, : width * 3].reshape(height, width, 3))
+        return out
 
     def parse(self, data: bytes) -> list[av.Packet]:
         if self.parser is None:
@@ -170,7 +183,7 @@ def access_unit_bounds(data: bytes) -> list[tuple[int, int, bool]] | None:
     return units
 
 
-def frame_to_rgb(frame: av.VideoFrame) -> np.ndarray:
+def frame_to_rgb(frame: av.VideoFrame, out: np.ndarray | None = None) -> np.ndarray:
     """A decoded frame as uint8 RGB (h, w, 3) through swscale, with this thread's cached
     converter: the same pixels as `frame.to_ndarray(format="rgb24")`, without a new swscale
     context for every frame.
@@ -178,7 +191,7 @@ def frame_to_rgb(frame: av.VideoFrame) -> np.ndarray:
     Example:
         >>> rgb = frame_to_rgb(ChunkDecoder(chunk.data).frame(0))
     """
-    return _THREAD.to_rgb(frame)
+    return _THREAD.to_rgb(frame, out)
 
 
 class ChunkDecoder:
@@ -330,11 +343,11 @@ class ChunkDecoder:
         self._frames[index] = frame
         self._frames_decoded += 1
 
-    def rgb(self, index: int) -> np.ndarray:
+    def rgb(self, index: int, out: np.ndarray | None = None) -> np.ndarray:
         """Frame `index` as uint8 RGB (h, w, 3), converted by swscale (BT.601 limited range,
-        within a few levels of `yuv420p_to_rgb`)."""
+        within a few levels of `yuv420p_to_rgb`); written into `out` (and returned) when given."""
         with self._lock:
-            return frame_to_rgb(self._frame_locked(index))
+            return frame_to_rgb(self._frame_locked(index), out)
 
     def yuv(self, index: int) -> np.ndarray:
         """Frame `index` as yuv420p planes, shape (h*3/2, w)."""

@@ -16,6 +16,7 @@ builds its own caches.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -98,16 +99,18 @@ class VideoFrames:
     def chunk_index(self) -> ChunkIndex | None:
         return self._chunk_index
 
-    def frame(self, e: int, camera: int, frame_index: int) -> np.ndarray:
+    def frame(self, e: int, camera: int, frame_index: int, out: np.ndarray | None = None) -> np.ndarray:
         """The RGB frame `frame_index` of camera number `camera` (in the spec's cameras) of
-        episode number `e`, uint8 [H, W, 3].
+        episode number `e`, uint8 [H, W, 3]; converted straight into `out` when given (a batch's
+        row of that shape), saving a copy.
 
         Raises:
             PiLoaderError: the video rows do not hold that frame, or it does not decode.
             SnapshotDataMissingError: the video file is gone.
         """
         chunk = self._chunk(e, camera, frame_index)
-        return self._checked(chunk.decoder.rgb, frame_index - chunk.first_frame, e, camera, frame_index)
+        convert = chunk.decoder.rgb if out is None else functools.partial(chunk.decoder.rgb, out=out)
+        return self._checked(convert, frame_index - chunk.first_frame, e, camera, frame_index)
 
     def _chunk(self, e: int, camera: int, frame_index: int) -> _Chunk:
         loc = self._locators

@@ -144,11 +144,18 @@ class SampleGather:
         b_of, j_of, c_of = (a.reshape(-1) for a in np.indices(frames.shape))
         wanted = frames.reshape(-1)
         outs: list[np.ndarray | None] = [None] * cameras
+        # Stored frames go straight from the decoder into the batch (no crop, no resize).
+        direct = self._spec.crop is None and self._spec.resize is None
+        sizes = self._sizes
         for i in np.lexsort((wanted, c_of, episodes[b_of])):
             b, j, c = int(b_of[i]), int(j_of[i]), int(c_of[i])
-            e, camera = int(episodes[b]), self._cameras[c]
-            image = self._image(e, c, int(wanted[i]))
+            e = int(episodes[b])
             out = outs[c]
+            if direct and out is not None and out.shape[-3] == sizes[e, 0] and out.shape[-2] == sizes[e, 1]:
+                self._video.frame(e, c, int(wanted[i]), out=out[(b, j) if history else b])
+                continue
+            camera = self._cameras[c]
+            image = self._image(e, c, int(wanted[i]))
             if out is None:
                 shape = (count, *((slots,) if history else ()), *image.shape)
                 key = IMAGE_KEY_PREFIX + camera
