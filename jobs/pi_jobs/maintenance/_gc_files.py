@@ -74,7 +74,9 @@ def rewrite_raw(
         bounded = lo is not None and hi is not None and lo[i] is not None and hi[i] is not None
         if bounded and not any(lo[i] <= e <= hi[i] for e in ids):  # type: ignore[index]
             continue  # statistics say no deleted episode is in this file
-        rows = pq.read_table(f"{base}/{path}", filesystem=filesystem)
+        # pages checked (architecture decision 10): GC never copies damaged raw into a new file
+        # whose fresh checksums would vouch for it
+        rows = pq.read_table(f"{base}/{path}", filesystem=filesystem, page_checksum_verification=True)
         mine = pc.fill_null(pc.is_in(rows.column("episode_id"), value_set=wanted), False)
         keep_for_quarantine = pc.is_in(
             rows.column("attempt_id"), value_set=pa.array(sorted(quarantined), pa.string())
