@@ -196,15 +196,19 @@ def _sql_summary(settings: Settings, summary: DemoSummary) -> None:
 
 
 def _load_batches(settings: Settings, config: DemoConfig, summary: DemoSummary) -> None:
-    from pi_loader import Dataset, Loader, contact_sheet
+    from pi_loader import CacheConfig, Dataset, Loader, contact_sheet
 
     with _Stage(summary, "pi_loader"):
+        # a lake on object storage is read through a disk cache (the endpoint and keys come from
+        # the environment, as for every other pilake command); 1 GB holds the demo's files
+        remote = "://" in settings.lake_root
         dataset = Dataset(
             settings.lake_root,
             sql="SELECT episode_id FROM episodes WHERE startsWith(robot_id, {prefix:String})",
             sql_parameters={"prefix": f"sim{summary.seed}-"},
             catalog=settings.catalog_path,
             seed=summary.seed,
+            cache=CacheConfig(settings.home / "cache", 10**9) if remote else None,
         )
         loader = Loader(dataset, batch_size=config.batch_size, num_workers=config.loader_workers)
         samples: list[dict[str, Any]] = []
