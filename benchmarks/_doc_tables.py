@@ -128,6 +128,13 @@ def loader(b: Path) -> str:
     )
 
 
+def _taken(doc: dict[str, Any]) -> str:
+    taken = doc.get("sizes_taken_from")
+    return (
+        "" if not taken else f"; the lake sizes' figures from an earlier run: {taken['path'].split(' (')[0]}"
+    )
+
+
 def scale(b: Path) -> str:
     doc = json.loads((b / "scale.json").read_text())
     rows = []
@@ -174,7 +181,7 @@ def scale(b: Path) -> str:
     return (
         f"`baselines/scale.json` ({doc['mode']} mode; lakes of "
         + ", ".join(f"{s['episodes']:,}" for s in doc["sizes"])
-        + f" episodes):\n\n{markdown(header, rows)}\n\n"
+        + f" episodes{_taken(doc)}):\n\n{markdown(header, rows)}\n\n"
         f"Throughput on {t['data']['episodes']} distinct real episodes, samples/s: {rates}.\n\n"
         + "\n".join(targets)
         + _needs_rerun(doc)
