@@ -176,3 +176,16 @@ def test_compaction_bin_packs_raw_with_page_crcs(lake: LakeLayout) -> None:
     check = check_parquet_file(uri.removeprefix("file://"))
     assert check.status == "ok" and check.pages_without_crc == 0
     assert verify_lake(lake, VerifyConfig(tables=("raw",))).exit_code == 0
+
+
+def test_a_dry_run_says_what_repair_would_do_and_changes_nothing(lake: LakeLayout) -> None:
+    from deltalake import DeltaTable
+
+    _flip_steps(lake)
+    report = verify_lake(lake, VerifyConfig())
+    versions = {t: DeltaTable(lake.table(t)).version() for t in ("episodes", "steps", "video", "quarantine")}
+    planned = repair_lake(lake, report, RepairConfig(dry_run=True))
+    assert [r["episode_id"] for r in planned.repaired] == [e["episode_id"] for e in report.corrupt_episodes]
+    assert planned.repaired[0]["new_attempt"] is None and not planned.files_rewritten
+    assert {t: DeltaTable(lake.table(t)).version() for t in versions} == versions
+    assert verify_lake(lake, VerifyConfig()).exit_code == 2
