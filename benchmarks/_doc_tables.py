@@ -430,10 +430,61 @@ def ui(b: Path) -> str:
     )
 
 
+def gpu_host(b: Path) -> str:
+    doc = json.loads((b / "gpu_host.json").read_text())
+    m, settings = doc["machine"], doc["settings"]
+    loader_rows = [
+        [
+            w,
+            text_of(row["raw_samples_per_s"], "{:,.0f}"),
+            text_of(row["pi_loader_samples_per_s"], "{:,.0f}"),
+            text_of(row["share_of_limit"], "{:.0%}"),
+            text_of(row["pi_loader_first_batch_s"], "{:.2f}"),
+        ]
+        for w, row in doc["loader"].items()
+    ]
+    trainer_rows = [
+        [
+            f"{row['framework']}, batch {row['batch_size']}",
+            text_of(row["samples_per_s"], "{:,.0f}"),
+            text_of(row["ms_per_step"]["data_wait"], "{:.2f}"),
+            text_of(row["ms_per_step"]["h2d"], "{:.2f}"),
+            text_of(row["ms_per_step"]["compute"], "{:.2f}"),
+            text_of(row["input_fraction"], "{:.1%}"),
+            text_of(row["demand_samples_per_s"], "{:,.0f}"),
+        ]
+        for row in doc["trainer"].values()
+    ]
+    target_rows = [
+        [f"`{name}`", t["rule"], t["verdict"], t.get("why", "") and f"{t['why']}; next: {t['next']}"]
+        for name, t in doc["targets"].items()
+    ]
+    return (
+        f"`baselines/gpu_host.json`: one run on {m['gpu']} ({m['cores']} cores, {m['memory_gb']} GB), "
+        f"torch {m['torch']}, jax {m['jax']}, numpy {m['numpy']}, pyarrow {m['pyarrow']}; a "
+        f"{doc['data']['episodes']}-episode lake of {doc['data']['duration_s']:g} s, 3 cameras at "
+        f"{doc['data']['size_px']} px; median (min–max) of {settings['repeats']} interleaved repeats "
+        f"per leg.\n\n"
+        + markdown(
+            ["workers", "raw decode limit, samples/s", "pi_loader, defaults", "share", "first batch, s"],
+            loader_rows,
+        )
+        + "\n\nThe reference trainer (ms per step; input = data wait + exposed copy; demand = "
+        "batch / compute, the rate a wait-free step needs):\n\n"
+        + markdown(
+            ["run", "samples/s", "data wait", "exposed copy", "compute", "input", "demand, samples/s"],
+            trainer_rows,
+        )
+        + "\n\n"
+        + markdown(["target", "rule", "verdict", "why not met"], target_rows)
+    )
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
     "backfill_raw": backfill_raw,
     "baselines": baselines,
     "compaction": compaction,
+    "gpu_host": gpu_host,
     "ingest": ingest,
     "loader": loader,
     "norm_bound": norm_bound,

@@ -151,7 +151,10 @@ class DeviceFeed(abc.ABC):
             self._thread = threading.Thread(target=self._run, name="pi_loader-device-feed", daemon=True)
             self._thread.start()
         t0 = time.perf_counter()
-        item = self._queue.get()
+        try:
+            item = self._queue.get_nowait()  # ready: no wait, no lock hand-over between threads
+        except queue.Empty:
+            item = self._queue.get()
         t1 = time.perf_counter()
         if item is _STOP:
             self._queue.put(_STOP)  # later calls stop too
@@ -257,7 +260,8 @@ class TorchFeed(DeviceFeed):
         if not self._cuda:
             return dict(staged)
         tensors, event = staged
-        event.synchronize()  # the exposed part of the copy (0 when compute hid it)
+        if not event.query():  # a finished copy needs no wait (and no GIL release to get back)
+            event.synchronize()  # the exposed part of the copy
         current = self._torch.cuda.current_stream(self.device)
         current.wait_event(event)
         for tensor in tensors.values():
@@ -299,4 +303,7 @@ class JaxFeed(DeviceFeed):
         return {k: jax.make_array_from_process_local_data(self._sharding, v) for k, v in arrays.items()}
 
     def _ready(self, staged: Any) -> dict[str, Any]:
-        return dict(self._jax.block_until_ready(staged))
+        arrays = dict(staged)
+        if all(getattr(a, "is_ready", lambda: False)() for a in arrays.values()):
+            return arrays  # already on the device: no blocking call
+        return dict(self._jax.block_until_ready(arrays))
