@@ -13,7 +13,10 @@ rebuilt from the same lake (the catalog is derived from the lake, decision 7).
 
 from __future__ import annotations
 
+import os
 import shutil
+import subprocess
+import sys
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
@@ -108,7 +111,6 @@ def _quarantined_episode(layout: LakeLayout) -> str:
 def test_every_catalog_writer_on_a_server_catalog_gives_the_embedded_results(
     server: RunningDouble, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from pi_jobs.backfill import BackfillConfig, run_backfill
     from pi_jobs.maintenance import GcConfig, gc
     from pi_jobs.maintenance.deletion import delete_episodes
     from pi_jobs.ops.quarantine import release_episode
@@ -138,8 +140,13 @@ def test_every_catalog_writer_on_a_server_catalog_gives_the_embedded_results(
         finally:
             ref.close()
         rows, expected = _rows(server_url, ROWS_BUT_VERSION), _rows(reference, ROWS_BUT_VERSION)
-        differ = {k for a, b in zip(rows, expected, strict=False) for k in a if a[k] != b.get(k)}
-        assert rows == expected, differ
+        differ = {
+            (a["episode_id"], k, str(a[k])[:40], str(b.get(k))[:40])
+            for a, b in zip(rows, expected, strict=False)
+            for k in a
+            if a[k] != b.get(k)
+        }
+        assert rows == expected, sorted(differ)
         return rows
 
     # rebuild (`pilake catalog rebuild`): an empty server catalog, a stale embedded one
@@ -181,16 +188,33 @@ def test_every_catalog_writer_on_a_server_catalog_gives_the_embedded_results(
     # backfill (`pilake backfill`): new attempts recorded by the job's workers
     chosen = sorted(ids)[1]
     before = {r["episode_id"]: r["attempt_id"] for r in _rows(server_url)}
-    report = run_backfill(
-        BackfillConfig(
-            lake_root=remote.root,
-            catalog_path=server_url,
-            featurizer="res96",
-            work_dir=tmp_path / "backfill",
-            where=f"episode_id = '{chosen}'",
-        )
+    # as an operator runs it: `pilake backfill` in its own process (its Flink JVM and Python
+    # workers get this environment, the catalog credentials included)
+    env = {
+        **os.environ,
+        "PILAKE_HOME": str(tmp_path / "home"),
+        "PILAKE_LAKE": remote.root,
+        "PILAKE_CATALOG": server_url,
+        USER_ENV: USER,
+        PASSWORD_ENV: PASSWORD,
+    }
+    where = f"episode_id = '{chosen}'"
+    done = subprocess.run(
+        [
+            str(Path(sys.executable).with_name("pilake")),
+            "backfill",
+            "--featurizer",
+            "res96",
+            "--where",
+            where,
+        ],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        check=False,
     )
-    assert (report.selected, report.committed, report.failed) == (1, 1, 0)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     after = {r["episode_id"]: r["attempt_id"] for r in same_as_rebuilt()}
     assert after[chosen] != before[chosen]  # the new attempt is the one indexed
     assert {k: v for k, v in after.items() if k != chosen} == {k: v for k, v in before.items() if k != chosen}

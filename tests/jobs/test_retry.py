@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -91,11 +93,19 @@ def test_a_deployed_job_never_gives_up_and_the_embedded_one_does(monkeypatch: py
     from dataclasses import replace
 
     from pi_jobs.stream.config import StreamJobConfig
-    from pi_jobs.stream.job import RESTART_ATTEMPTS, UNBOUNDED_ATTEMPTS, python_worker_configuration
+    from pi_jobs.stream.job import RESTART_ATTEMPTS, UNBOUNDED_ATTEMPTS
 
+    # in a child: a pyflink Configuration starts the Java gateway, and a JVM started here would be
+    # shared by later tests' Flink jobs with this moment's environment
     key = "restart-strategy.exponential-delay.attempts-before-reset-backoff"
-    assert python_worker_configuration().get_string(key, "") == str(RESTART_ATTEMPTS)
-    assert python_worker_configuration(None).get_string(key, "") == str(UNBOUNDED_ATTEMPTS)
+    probe = (
+        "from pi_jobs.stream.job import python_worker_configuration as c; "
+        f"print(c().get_string({key!r}, ''), c(None).get_string({key!r}, ''))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, timeout=120, check=True
+    )
+    assert out.stdout.split() == [str(RESTART_ATTEMPTS), str(UNBOUNDED_ATTEMPTS)]
     base = StreamJobConfig("127.0.0.1:1", "/tmp/lake", "/tmp/catalog", Path("/tmp/w"), Path("/tmp/j"))
     assert base.restart_attempts == RESTART_ATTEMPTS
     with pytest.raises(ValueError, match="restart_attempts must be >= 1 or None"):
