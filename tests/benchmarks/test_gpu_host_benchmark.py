@@ -6,11 +6,28 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
+import sys
 from pathlib import Path
 
-from benchmarks.gpu_host.run import TARGET_INPUT_FRACTION, TARGET_SHARE, main, targets
+ROOT = Path(__file__).resolve().parents[2]
+BASELINE = ROOT / "benchmarks" / "baselines" / "gpu_host.json"
+# issue 23's targets
+TARGET_SHARE, TARGET_TTFB_S, TARGET_INPUT_FRACTION = 0.85, 2.0, 0.05
 
-BASELINE = Path(__file__).resolve().parents[2] / "benchmarks" / "baselines" / "gpu_host.json"
+
+def _rejudge(path: Path) -> dict[str, object]:
+    # tests never import benchmarks (an import-linter contract): run it as its users do
+    done = subprocess.run(
+        [sys.executable, "-m", "benchmarks.gpu_host.run", "--rejudge", str(path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    loaded: dict[str, object] = json.loads(path.read_text())
+    return loaded
 
 
 def test_the_committed_run_is_judged_by_its_spreads(tmp_path: Path) -> None:
@@ -18,22 +35,27 @@ def test_the_committed_run_is_judged_by_its_spreads(tmp_path: Path) -> None:
     assert doc["machine"]["gpu"] and doc["settings"]["repeats"] >= 3
     assert set(doc["loader"]) == {"1", "4", "8", "14"}
     assert {row["batch_size"] for row in doc["trainer"].values()} == {32, 128}
-    judged = targets(doc["loader"], doc["trainer"])
+    copy = tmp_path / "gpu_host.json"
+    shutil.copy(BASELINE, copy)
+    judged = _rejudge(copy)["targets"]
+    assert isinstance(judged, dict)
+    assert (tmp_path / "gpu_host.png").stat().st_size > 10_000
     assert {k: v["verdict"] for k, v in judged.items()} == {
         k: v["verdict"] for k, v in doc["targets"].items()
     }
     for name, target in judged.items():
-        if target["verdict"] == "met":
-            low_side = target["min"] if "share" in name else -target["max"]
-            bound = TARGET_SHARE if "share" in name else -(2.0 if "first" in name else TARGET_INPUT_FRACTION)
-            assert low_side >= bound
-    copy = tmp_path / "gpu_host.json"
-    shutil.copy(BASELINE, copy)
-    assert main(["--rejudge", str(copy)]) == 0
-    rejudged = json.loads(copy.read_text())
-    assert (tmp_path / "gpu_host.png").stat().st_size > 10_000
-    for target in rejudged["targets"].values():
-        if target["verdict"] in ("missed", "undecided"):
+        share = name.startswith("share")
+        bound = (
+            TARGET_SHARE if share else TARGET_TTFB_S if name.startswith("first") else TARGET_INPUT_FRACTION
+        )
+        worst, best = (target["min"], target["max"]) if share else (target["max"], target["min"])
+
+        def clears(value: float, share: bool = share, bound: float = bound) -> bool:
+            return value >= bound if share else value <= bound
+
+        expected = "met" if clears(worst) else "missed" if not clears(best) else "undecided"
+        assert target["verdict"] == expected, name
+        if expected != "met":
             assert target["by"] >= 0 and target["why"] and target["next"]
 
 
@@ -50,6 +72,7 @@ def test_a_step_faster_than_decoding_is_explained_by_its_demand(tmp_path: Path) 
     }
     row["demand_samples_per_s"] = {"median": 9e9, "min": 9e9, "max": 9e9, "repeats": 3, "values": [9e9] * 3}
     copy.write_text(json.dumps(doc))
-    main(["--rejudge", str(copy)])
-    why = json.loads(copy.read_text())["targets"]["trainer_torch_b128_input_fraction"]["why"]
+    judged = _rejudge(copy)["targets"]
+    assert isinstance(judged, dict)
+    why = judged["trainer_torch_b128_input_fraction"]["why"]
     assert "no CPU loader can hide the wait" in why and "9,000,000,000 samples/s" in why
