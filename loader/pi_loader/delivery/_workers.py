@@ -11,6 +11,7 @@ shared-memory slot (`_shared_batches`) when there is one, so images cross withou
 from __future__ import annotations
 
 import contextlib
+import multiprocessing
 import os
 import queue
 import traceback
@@ -59,13 +60,18 @@ def _worker_main(shared: SharedDatasetRef, tasks: Any, results: Any) -> None:
     # Runs in a worker process: build batches until told to stop (None).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     dataset: Dataset | Mixture = shared.load()
+    # The process that made this worker, whichever start method: with forkserver the OS parent
+    # is the forkserver (alive as long as its workers are), so getppid() would never change
+    # when the loader's process dies; multiprocessing's parent sentinel does.
+    creator = multiprocessing.parent_process()
     parent = os.getppid()
     writer = SlotWriter()
     while True:
         try:
             task = tasks.get(timeout=_POLL_S)
         except queue.Empty:
-            if os.getppid() != parent:  # the main process died (e.g. SIGKILL): do not linger
+            gone = creator is not None and not creator.is_alive()
+            if gone or os.getppid() != parent:  # the loader's process died (e.g. SIGKILL): do not linger
                 return
             continue
         if task is None:
