@@ -1,11 +1,13 @@
 """Step-time decomposition: where each training step's time goes, the maximum over ranks.
 
 Every step is cut into five parts the loop measures with `time.perf_counter`: waiting for the
-loader's next batch (`data_wait`), copying it to the device (`h2d`, synchronized), the train step
-(`compute`, with the device synchronized so asynchronous dispatch cannot hide it in the next
-step's data wait), writing checkpoints (`checkpoint`) and the rest (`other`: logging). Every
-`log_every` steps the ranks take the maximum of each part's per-step mean (a straggler sets the
-pace of a synchronous data-parallel step, as LeRobot's and torchtitan's loggers report);
+loader's next batch (`data_wait`), the exposed part of its copy to the device (`h2d`: the backend's
+device feed copies each batch while the previous step computes, so this is only what compute
+did not hide), the train step (`compute`, with the step's stream synchronized so asynchronous
+dispatch cannot hide it in the next step's data wait), writing checkpoints (`checkpoint`) and
+the rest (`other`: logging). Every `log_every` steps the ranks take the maximum of each part's
+per-step mean (a straggler sets the pace of a synchronous data-parallel step, as LeRobot's and
+torchtitan's loggers report);
 `summary` does the same over the whole run. The first step of each process is a warm-up (JIT
 compilation, worker start-up) and is reported apart, never averaged in.
 """
