@@ -12,7 +12,7 @@ The rewrite protocol they share (file groups, commit order) is `pi_format.lake.f
 `pi_format.lake.rewrite`; pins themselves are `pi_format.lake.pins`.
 """
 
-from pi_jobs.maintenance._lease import MaintenanceLeaseLostError
+from pi_jobs.maintenance._lease import MaintenanceLeaseLostError, S3Lease
 from pi_jobs.maintenance._lock import MaintenanceBusyError, maintenance_lock
 from pi_jobs.maintenance.compaction import CompactConfig, CompactReport, compact
 from pi_jobs.maintenance.datasets import (
@@ -37,6 +37,7 @@ __all__ = [
     "GcReport",
     "MaintenanceBusyError",
     "MaintenanceLeaseLostError",
+    "S3Lease",
     "check_dataset",
     "compact",
     "create_dataset",
