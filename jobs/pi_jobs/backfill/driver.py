@@ -264,6 +264,8 @@ def _run_job(
                 )
             if status == "CANCELED":
                 raise BackfillError(f"backfill job was cancelled; logs in {config.log_dir}")
+            if status == "FINISHED":  # the last group commit may still be on its way (close())
+                progress = _settled_progress(config, total, progress, read_progress)
             now = time.monotonic()
             done = int(progress.get("episodes", 0))
             if status == "FINISHED" or now - last_log >= config.progress_interval_s:
@@ -289,7 +291,6 @@ def _run_job(
                 client.cancel().result()
             except Exception as err:  # already ended
                 log.debug("cancel: %s", err)
-    progress = _settled_progress(config, total, progress, read_progress)
     first, last = int(progress.get("first_activity_ns", 0)), int(progress.get("last_activity_ns", 0))
     return progress, max(0.0, (last - first) / 1e9)
 
