@@ -45,6 +45,13 @@ class NormStats:
 
     def require_quantiles(self) -> tuple[np.ndarray, np.ndarray]:
         """(q01, q99), or MissingSketchError naming how many episodes predate the sketches."""
+        if (self.q01 is None or self.q99 is None) and self.missing_sketches == 0:
+            raise MissingSketchError(
+                f"these statistics of {self.episodes} episodes carry no q01/q99 although no episode "
+                "lacks a sketch: they were combined from statistics whose quantiles do not merge "
+                "(a pi_loader.Mixture's norm_stats(): take each source's from source_norm_stats()), "
+                "or normalize with mean/std"
+            )
         if self.q01 is None or self.q99 is None:
             raise MissingSketchError(
                 f"{self.missing_sketches} of the {self.episodes} selected episodes were written before "

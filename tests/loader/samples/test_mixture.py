@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from pi_format.stats import MissingSketchError
 from pi_loader import Dataset, Loader, Mixture, SampleSpec, ShardSpec, shard_order
 from pi_loader.samples._mixture import mixture_order, split_counts
 
@@ -150,6 +151,9 @@ def test_sources_of_other_cameras_and_dims_share_one_spec(two_lakes: tuple[FakeL
     assert set(texts["annotation.instruction"].tolist()) == {"", "go", "a much longer instruction"}
     merged = mix.norm_stats()["action"]
     per = mix.source_norm_stats()
+    # merged quantiles do not exist: the error says so and where per-source ones are
+    with pytest.raises(MissingSketchError, match=r"quantiles do not merge.*source_norm_stats"):
+        merged.require_quantiles()
     want = (31 * per["a"]["action"].mean[:2] + 13 * per["b"]["action"].mean[:2]) / 44
     assert np.allclose(merged.mean[:2], want) and np.allclose(merged.mean[2:], per["b"]["action"].mean[2:])
     assert (
