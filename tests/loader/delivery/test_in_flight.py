@@ -5,6 +5,7 @@ the same whatever the depth (issue 23)."""
 from __future__ import annotations
 
 import warnings
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -148,4 +149,7 @@ def test_workers_start_from_a_fresh_forkserver_after_its_socket_was_removed(load
     tempdir = getattr(process.current_process(), "_config").get("tempdir")  # noqa: B009
     assert tempdir is not None
     shutil.rmtree(tempdir)
-    assert _ids(Loader(ds, batch_size=4, shard=ShardSpec(0, 1), num_workers=1)) == before
+    try:
+        assert _ids(Loader(ds, batch_size=4, shard=ShardSpec(0, 1), num_workers=1)) == before
+    finally:
+        Path(tempdir).mkdir(exist_ok=True)  # for multiprocessing's own clean-up at exit
