@@ -40,7 +40,8 @@ two). Knot k of a dimension is its order statistic of index round(grid[k] · (n 
 Modules: `_grid` (the rank grid, knot masses, the error bound), `_bytes` (encoding and decoding
 the sketch bytes), `_episode` (one episode's statistics at ingest), `_merge` (merging moments and
 quantiles), `_walk` (the last step of a quantile: the knots inside its bracket), `_rows`
-(`merge_norm_stats` over episodes rows), `_errors`.
+(`merge_norm_stats` over episodes rows), `_weighted` (quantiles of a weighted mixture of
+selections: `merge_weighted_quantiles`, bounded by `mixture_rank_error_bound`), `_errors`.
 """
 
 from __future__ import annotations
@@ -61,11 +62,13 @@ from pi_format.stats._grid import (
     SketchGrid,
     cumulative_masses,
     knot_indices,
+    mixture_rank_error_bound,
     rank_error_bound,
     rank_grid,
 )
 from pi_format.stats._merge import NORM_QUANTILES, merge_moments, merge_quantiles
 from pi_format.stats._rows import NORM_STATS_KINDS, NormStats, merge_episode_stats, merge_norm_stats
+from pi_format.stats._weighted import merge_weighted_quantiles
 
 __all__ = [
     "GRIDS",
@@ -90,6 +93,8 @@ __all__ = [
     "merge_moments",
     "merge_norm_stats",
     "merge_quantiles",
+    "merge_weighted_quantiles",
+    "mixture_rank_error_bound",
     "rank_error_bound",
     "rank_grid",
     "summarize",

@@ -4,6 +4,7 @@ each stands for, and the worst-case rank error of a merge on that grid."""
 from __future__ import annotations
 
 import functools
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -113,7 +114,40 @@ def rank_error_bound(q: float, episodes: int, steps: int, grid: SketchGrid = GRI
         >>> round(rank_error_bound(0.01, 10_000, 16_500_000), 4)
         0.0044
     """
+    return _bound(q, episodes / steps, grid)
+
+
+def mixture_rank_error_bound(
+    q: float,
+    weights: Sequence[float] | np.ndarray,
+    episodes: Sequence[int],
+    steps: Sequence[int],
+    grid: SketchGrid = GRID_V1,
+) -> float:
+    """Worst case |G(x̂) − q| of a quantile of a weighted mixture (`merge_weighted_quantiles`;
+    G(x) = Σ w_i F_i(x) / N_i over the groups, w normalised to sum 1, ties in the estimate's
+    favour): `rank_error_bound` with episodes/steps replaced by Σ w_i E_i / N_i. Each episode's
+    step function is off by at most a·F_e(x) + (δ·n_e + 1)/2 steps; weighting episode e by
+    w_i / N_i and adding up gives |Ĝ − G| <= a·G + (δ + Σ w_i E_i / N_i)/2, as for one selection.
+
+    Example:
+        >>> round(mixture_rank_error_bound(0.01, [0.7, 0.3], [100, 10], [30_000, 200]), 4)
+        0.0156
+    """
+    if not len(weights) == len(episodes) == len(steps) or not len(weights):
+        raise ValueError(
+            f"weights, episodes and steps need one entry per group, got {len(weights)}, "
+            f"{len(episodes)} and {len(steps)}"
+        )
+    w = np.asarray(weights, dtype=np.float64)
+    if not (np.isfinite(w).all() and (w > 0).all()):
+        raise ValueError(f"weights must be finite and > 0, got {w.tolist()}")
+    per_step = np.asarray(episodes, dtype=np.float64) / np.asarray(steps, dtype=np.float64)
+    return _bound(q, float((w / w.sum()) @ per_step), grid)
+
+
+def _bound(q: float, episodes_per_step: float, grid: SketchGrid) -> float:
     p = min(q, 1.0 - q)
     a = (grid.ratio - 1.0) / 2.0
-    e = (grid.delta + episodes / steps) / 2.0
+    e = (grid.delta + episodes_per_step) / 2.0
     return max(p - (p - e) / (1.0 + a), (p + e) / (1.0 - a) - p)

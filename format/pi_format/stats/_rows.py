@@ -48,9 +48,8 @@ class NormStats:
         if (self.q01 is None or self.q99 is None) and self.missing_sketches == 0:
             raise MissingSketchError(
                 f"these statistics of {self.episodes} episodes carry no q01/q99 although no episode "
-                "lacks a sketch: they were combined from statistics whose quantiles do not merge "
-                "(a pi_loader.Mixture's norm_stats(): take each source's from source_norm_stats()), "
-                "or normalize with mean/std"
+                "lacks a sketch: they were merged without quantiles (merge_norm_stats(..., "
+                "quantiles=False)); merge them with quantiles=True, or normalize with mean/std"
             )
         if self.q01 is None or self.q99 is None:
             raise MissingSketchError(

@@ -20,7 +20,6 @@ Each sample says which source it came from (`source`, an int in the order given)
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 from collections.abc import Iterator, Sequence
@@ -350,20 +349,25 @@ class Mixture:
         return {n: d.norm_stats() for n, d in zip(self.names, self._sources, strict=True)}
 
     def norm_stats(self) -> dict[str, NormStats]:
-        """Statistics of "observation.state" and "action" merged over what an epoch yields
-        (each source weighted by its samples per epoch; per dimension over the sources that have
-        it), in the shape of `Dataset.norm_stats()`: mean/std/min/max exact, q01/q99 None (they
-        do not merge from NormStats: use `source_norm_stats()` for quantiles).
+        """Statistics of "observation.state" and "action" of the mixture distribution, each
+        source counting in proportion to its weight (not its size; per dimension over the
+        sources that have it), in the shape of `Dataset.norm_stats()`: mean/std/min/max exact,
+        q01/q99 merged from every episode's quantile sketch within `rank_error_bound`
+        (`pi_loader.samples._mixture_stats`). Read on the first call, then cached (call it before
+        making a Loader). A source with episodes older than the sketches gives q01 = q99 = None
+        (`require_quantiles()` says how many).
 
         Example:
-            >>> mix.norm_stats()["action"].mean.shape   # (the widest action dimension,)
+            >>> q01, q99 = mix.norm_stats()["action"].require_quantiles()   # (widest action dim,)
         """
-        per = self.source_norm_stats()
-        merged = {}
-        for key, width in (("observation.state", self._state_dim), ("action", self._action_dim)):
-            stats = [per[n][key] for n in self.names]
-            merged[key] = _merge(stats, self._counts.astype(np.float64), width)
-        return merged
+        cached = self.__dict__.get("_norm_stats")
+        if cached is None:
+            from pi_loader.samples._mixture_stats import mixture_norm_stats
+
+            widths = {"observation.state": self._state_dim, "action": self._action_dim}
+            cached = mixture_norm_stats(self._sources, self.weights, widths)
+            self.__dict__["_norm_stats"] = cached
+        return dict(cached)
 
     # -- helpers ------------------------------------------------------------------------------
 
@@ -396,34 +400,3 @@ class Mixture:
         state = dict(self.__dict__)
         state["_order"] = None  # a pure function: recomputed where needed
         return state
-
-
-def _merge(stats: Sequence[NormStats], weights: np.ndarray, width: int) -> NormStats:
-    mean = np.zeros(width)
-    second = np.zeros(width)
-    lo = np.full(width, np.inf)
-    hi = np.full(width, -np.inf)
-    total = np.zeros(width)
-    for s, w in zip(stats, weights, strict=True):
-        d = len(s.mean)
-        mean[:d] += w * s.mean
-        second[:d] += w * (s.std**2 + s.mean**2)
-        lo[:d] = np.minimum(lo[:d], s.min)
-        hi[:d] = np.maximum(hi[:d], s.max)
-        total[:d] += w
-    mean /= total
-    std = np.sqrt(np.maximum(second / total - mean**2, 0.0))
-    return dataclasses.replace(
-        stats[0],
-        episodes=sum(s.episodes for s in stats),
-        count=sum(s.count for s in stats),
-        mean=mean,
-        std=std,
-        min=lo,
-        max=hi,
-        q01=None,
-        q99=None,
-        exact=all(s.exact for s in stats),
-        missing_sketches=0,
-        rank_error_bound=None,
-    )

@@ -11,10 +11,11 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+import pyarrow as pa
 import pyarrow.dataset as pads
 from pi_format import LakeLayout
 from pi_format.lake import pinned_rows
-from pi_format.stats import NormStats, merge_norm_stats
+from pi_format.stats import NormStats, Sketches, decode_sketches, merge_norm_stats
 
 from pi_loader._errors import SnapshotError
 from pi_loader.reading._lake import _read, resolve_tables
@@ -33,13 +34,13 @@ COLUMNS = (
 )
 
 
-def read_norm_stats(
+def read_stats_rows(
     layout: LakeLayout,
     storage: Storage,
     snapshot: Snapshot,
     storage_options: Mapping[str, str] | None = None,
-) -> dict[str, NormStats]:
-    """{"observation.state": ..., "action": ...} over the snapshot's episodes (see module doc).
+) -> pa.Table:
+    """The statistics columns (`COLUMNS`) of the snapshot's episodes rows, in its order.
 
     Raises:
         SnapshotError: the episodes table at the pinned version lacks a selected attempt.
@@ -56,6 +57,38 @@ def read_norm_stats(
             f"the episodes table at version {versions['episodes']} does not hold the "
             f"snapshot's {len(ids)} episode attempts (found {len(got)}); GC removes attempts no pin holds"
         )
+    return rows
+
+
+def read_norm_stats(
+    layout: LakeLayout,
+    storage: Storage,
+    snapshot: Snapshot,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, NormStats]:
+    """{"observation.state": ..., "action": ...} over the snapshot's episodes (see module doc).
+
+    Raises:
+        SnapshotError / SnapshotDataMissingError: as `read_stats_rows`.
+    """
+    rows = read_stats_rows(layout, storage, snapshot, storage_options)
     # columns a lake predates (older rows) read as absent: the merge treats them as null
     merged = merge_norm_stats(rows, tuple(FEATURES.values()))
     return {key: merged[kind] for key, kind in FEATURES.items()}
+
+
+def read_sketches(
+    layout: LakeLayout,
+    storage: Storage,
+    snapshot: Snapshot,
+    storage_options: Mapping[str, str] | None = None,
+) -> dict[str, Sketches | None]:
+    """{"observation.state": ..., "action": ...}: the snapshot's decoded quantile sketches, or
+    None for a feature some of whose rows predate the sketches."""
+    rows = read_stats_rows(layout, storage, snapshot, storage_options)
+    out: dict[str, Sketches | None] = {}
+    for key, kind in FEATURES.items():
+        name = f"{kind}_sketch"
+        present = name in rows.column_names and rows.column(name).null_count == 0
+        out[key] = decode_sketches(rows.column(name)) if present else None
+    return out

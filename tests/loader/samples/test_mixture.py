@@ -6,18 +6,21 @@ set_state, and sources of other cameras and dimensions mapped to one spec with m
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
-from pi_format.stats import MissingSketchError
+from pi_format import LakeLayout
+from pi_format.lake import LakeWriter
 from pi_loader import Dataset, Loader, Mixture, SampleSpec, ShardSpec, shard_order
 from pi_loader.samples._mixture import mixture_order, split_counts
 
 from tests.fixtures import lake_factory
-from tests.fixtures.lake_factory import FakeLake, write_lake
+from tests.fixtures.lake_factory import FakeLake, lake_rows, make_episode, write_lake
+from tests.loader.samples.test_norm_stats import _with_sketches
 
 lengths_st = st.lists(st.integers(min_value=1, max_value=40), min_size=1, max_size=5)
 
@@ -151,10 +154,8 @@ def test_sources_of_other_cameras_and_dims_share_one_spec(two_lakes: tuple[FakeL
     assert set(texts["annotation.instruction"].tolist()) == {"", "go", "a much longer instruction"}
     merged = mix.norm_stats()["action"]
     per = mix.source_norm_stats()
-    # merged quantiles do not exist: the error says so and where per-source ones are
-    with pytest.raises(MissingSketchError, match=r"quantiles do not merge.*source_norm_stats"):
-        merged.require_quantiles()
-    want = (31 * per["a"]["action"].mean[:2] + 13 * per["b"]["action"].mean[:2]) / 44
+    # weights, not sizes: a's 24 steps count 0.7, b's 20 count 0.3
+    want = 0.7 * per["a"]["action"].mean[:2] + 0.3 * per["b"]["action"].mean[:2]
     assert np.allclose(merged.mean[:2], want) and np.allclose(merged.mean[2:], per["b"]["action"].mean[2:])
     assert (
         merged.max.tolist()
@@ -162,6 +163,75 @@ def test_sources_of_other_cameras_and_dims_share_one_spec(two_lakes: tuple[FakeL
             np.pad(per["a"]["action"].max, (0, 2), constant_values=-np.inf), per["b"]["action"].max
         ).tolist()
     )
+
+
+def _weighted_rank_error(values: list[np.ndarray], shares: list[float], x: float, q: float) -> float:
+    """Distance of q from [G(< x), G(<= x)], G the exact CDF of the weighted sample: each value
+    of source i weighs shares[i] / len(values[i])."""
+    below = sum(s * float((v < x).mean()) for v, s in zip(values, shares, strict=True))
+    upto = sum(s * float((v <= x).mean()) for v, s in zip(values, shares, strict=True))
+    return max(0.0, below - q, q - upto)
+
+
+def _sketched_lake(
+    root: Path, *, episodes: int, seed: int, dims: tuple[int, int]
+) -> tuple[LakeLayout, list[Any]]:
+    """A lake whose episodes rows carry the featurizer's statistics columns (sketches), with
+    `dims` (state, action) and episodes of 20 + 7i steps."""
+    patch = pytest.MonkeyPatch()
+    patch.setattr(lake_factory, "PROPRIO_DIM", dims[0])
+    patch.setattr(lake_factory, "ACTION_DIM", dims[1])
+    try:
+        fakes = [
+            make_episode(i, steps=20 + 7 * i, cameras=("front",), size=(16, 16), seed=seed)
+            for i in range(episodes)
+        ]
+        rows = [
+            _with_sketches(r, f.proprio, f.action)
+            for r, f in zip(lake_rows(fakes, (16, 16)), fakes, strict=True)
+        ]
+    finally:
+        patch.undo()
+    layout = LakeLayout(str(root))
+    LakeWriter(layout, writer_id="test").commit_episodes(rows)
+    return layout, fakes
+
+
+@pytest.fixture(scope="module")
+def sketched_lakes(tmp_path_factory: pytest.TempPathFactory) -> list[tuple[LakeLayout, list[Any]]]:
+    # a: 6 episodes (195 steps) of one robot; b: 2 episodes (47 steps) of a wider one
+    return [
+        _sketched_lake(tmp_path_factory.mktemp("sk_a"), episodes=6, seed=3, dims=(3, 2)),
+        _sketched_lake(tmp_path_factory.mktemp("sk_b"), episodes=2, seed=9, dims=(5, 4)),
+    ]
+
+
+@pytest.mark.parametrize("weights", [(0.7, 0.3), (0.05, 0.95), (1.0, 1.0)])
+def test_merged_quantiles_are_those_of_the_weighted_mixture(
+    sketched_lakes: list[tuple[LakeLayout, list[Any]]], weights: tuple[float, float]
+) -> None:
+    spec = SampleSpec(cameras=("front",), action_horizon=2)
+    mix = Mixture(
+        [(Dataset(layout, spec=spec), w) for (layout, _), w in zip(sketched_lakes, weights, strict=True)]
+    )
+    shares = [w / sum(weights) for w in weights]
+    for key, field in (("observation.state", "proprio"), ("action", "action")):
+        stats = mix.norm_stats()[key]
+        q01, q99 = stats.require_quantiles()
+        assert stats.rank_error_bound is not None and 0 < stats.rank_error_bound < 0.5
+        values = [np.concatenate([getattr(e, field) for e in fakes]) for _, fakes in sketched_lakes]
+        for d in range(len(q01)):
+            have = [i for i, v in enumerate(values) if v.shape[1] > d]  # b's extra dims: b alone
+            cols = [values[i][:, d] for i in have]
+            mine = [shares[i] / sum(shares[j] for j in have) for i in have]
+            for x, q in ((q01[d], 0.01), (q99[d], 0.99)):
+                assert _weighted_rank_error(cols, mine, float(x), q) <= stats.rank_error_bound + 1e-12
+        # the merged moments are those of the same weighted sample
+        for d in range(len(q01)):
+            have = [i for i, v in enumerate(values) if v.shape[1] > d]
+            mine = [shares[i] / sum(shares[j] for j in have) for i in have]
+            mean = sum(m * values[i][:, d].astype(np.float64).mean() for i, m in zip(have, mine, strict=True))
+            assert stats.mean[d] == pytest.approx(mean, rel=1e-6, abs=1e-9)
 
 
 def _ids(batches: list[dict[str, np.ndarray]]) -> list[tuple[int, str, int]]:
