@@ -132,7 +132,8 @@ class Loader:
             inside), and the runs are shuffled. Neighbouring steps share video chunks, so block
             shuffle decodes up to ~b x fewer chunks per sample, at the price of batches whose
             samples are correlated (b samples from one episode instead of b episodes). Measure
-            it with `stats().decoded_chunks_per_sample`.
+            it with `stats().decoded_chunks_per_sample`. A Mixture keeps each source's share:
+            its runs come from each source's own block-shuffled sequence (`Mixture.epoch_order`).
         drop_last: drop an epoch's last batch when it is short.
         drop_remainder: when the samples do not split evenly into shards: False pads every shard
             to ceil(n / k) samples by repeating the first few (< k) samples of the epoch's
@@ -190,10 +191,6 @@ class Loader:
     ) -> None:
         if not isinstance(dataset, Dataset | Mixture):
             raise TypeError(f"dataset must be a pi_loader.Dataset or Mixture, got {type(dataset).__name__}")
-        if isinstance(dataset, Mixture) and block_size is not None:
-            raise ValueError(
-                "block_size is not supported with a Mixture (its order interleaves sources): pass None"
-            )
         if num_workers is None:
             num_workers = default_num_workers()
         for name, value, low in (
@@ -275,7 +272,7 @@ class Loader:
         if self._order_cache is None or self._order_cache[0] != epoch:
             ds = self._dataset
             if isinstance(ds, Mixture):
-                order = ds.epoch_order(epoch)
+                order = ds.epoch_order(epoch, block_size=self._block_size)
             elif self._block_size is None:
                 order = sample_order(len(ds), seed=ds.seed, epoch=epoch)
             else:

@@ -46,6 +46,21 @@ def block_order(episode_lengths: np.ndarray, *, block_size: int, seed: int, epoc
     Example:
         >>> block_order(np.array([5, 3]), block_size=2, seed=0, epoch=0)  # blocks of <= 2 steps
     """
+    rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, _BLOCK_STREAM]))
+    return block_permutation(episode_lengths, block_size=block_size, rng=rng)[0]
+
+
+def block_permutation(
+    episode_lengths: np.ndarray, *, block_size: int, rng: np.random.Generator
+) -> tuple[np.ndarray, np.ndarray]:
+    """`block_order`'s permutation drawn from `rng`, and the block number of every flat sample
+    (blocks numbered episode after episode): a block's samples are contiguous in the permutation.
+
+    Example:
+        >>> order, block_of = block_permutation(np.array([3]), block_size=2, rng=np.random.default_rng(0))
+        >>> block_of.tolist()
+        [0, 0, 1]
+    """
     if block_size < 1:
         raise ValueError(f"block_size must be >= 1, got {block_size}")
     lengths = np.asarray(episode_lengths, np.int64)
@@ -58,11 +73,10 @@ def block_order(episode_lengths: np.ndarray, *, block_size: int, seed: int, epoc
     block_base = np.concatenate([[0], np.cumsum(blocks_per_episode)[:-1]]).astype(np.int64)
     block_of = block_base[episode_of] + step // block_size
     num_blocks = int(blocks_per_episode.sum())
-    rng = np.random.default_rng(np.random.SeedSequence([seed, epoch, _BLOCK_STREAM]))
     block_rank = np.empty(num_blocks, np.int64)
     block_rank[rng.permutation(num_blocks)] = np.arange(num_blocks)
     inside = rng.random(n)
-    return np.lexsort((inside, block_rank[block_of])).astype(np.int64)
+    return np.lexsort((inside, block_rank[block_of])).astype(np.int64), block_of.astype(np.int64)
 
 
 def shard_positions(num_samples: int, *, shard_index: int, shard_count: int, drop_remainder: bool) -> slice:

@@ -8,8 +8,11 @@ in the epoch are a seeded shuffle of that multiset, and each source hands out it
 own seeded permutation, moving on through it across epochs (epoch e takes the source's samples
 e * n_i ... (e + 1) * n_i - 1 of an endless sequence of permutations), so an up-weighted source
 repeats nothing before it has shown everything, and a down-weighted one is seen in full over
-several epochs. `Loader` shards that order exactly as it shards a Dataset's (hosts agree), and its
-`get_state`/`set_state` resume a Mixture exactly.
+several epochs. With `Loader(block_size=b)` each source's sequence is its own block-shuffled
+permutations instead, cut into runs of up to b neighbouring steps of one episode, and the runs of
+every source are shuffled together (same counts). `Loader` shards that order exactly as it shards
+a Dataset's (hosts agree), and its `get_state`/`set_state` resume a Mixture exactly. The order
+itself lives in `pi_loader.order._mixture` (pure functions, no I/O).
 
 One spec for all: every sample has the mixture's cameras (the union of the sources', or the
 ones given); a source without a camera gives a black frame and `observation.images.<cam>_is_pad`
@@ -29,63 +32,14 @@ import numpy as np
 from pi_format import LakeLayout
 from pi_format.stats import NormStats
 
+from pi_loader.order._mixture import mixture_block_order, mixture_order, split_counts
 from pi_loader.order._order import SharedEpoch, check_seed
 from pi_loader.samples._dataset import Dataset
 from pi_loader.samples._gather import IMAGE_KEY_PREFIX, ImageAllocator
 from pi_loader.samples._spec import SampleSpec
 
 MIXTURE_FINGERPRINT_FORMAT = "pi_loader.mixture/1"
-# Streams of SeedSequence([seed, stream, ...]) that nothing else draws from.
-_POSITIONS_STREAM = 0x6D6978  # "mix"
-_SOURCE_STREAM = 0x737263  # "src"
 _PER_SAMPLE_KEYS = ("observation.state", "action")
-
-
-def split_counts(weights: Sequence[float], total: int) -> np.ndarray:
-    """`total` split by `weights` (largest remainder; ties to the earlier source): the counts sum
-    to `total` and each is within 1 of total * w / sum(w).
-
-    Example:
-        >>> split_counts([0.7, 0.3], 10).tolist()
-        [7, 3]
-    """
-    w = np.asarray(weights, np.float64)
-    exact = total * w / w.sum()
-    counts = np.floor(exact).astype(np.int64)
-    left = int(total - counts.sum())
-    if left:
-        order = np.lexsort((np.arange(len(w)), -(exact - counts)))
-        counts[order[:left]] += 1
-    return counts
-
-
-def mixture_order(
-    lengths: Sequence[int] | np.ndarray, counts: Sequence[int] | np.ndarray, *, seed: int, epoch: int
-) -> tuple[np.ndarray, np.ndarray]:
-    """(source, local flat index) of every sample of `epoch`, in order: a pure function of the
-    sources' lengths, their per-epoch counts, the seed and the epoch (see the module docstring).
-
-    Example:
-        >>> src, local = mixture_order([100, 40], [70, 30], seed=0, epoch=0)
-        >>> np.bincount(src).tolist()
-        [70, 30]
-    """
-    per = np.asarray(counts, np.int64)
-    sources = np.repeat(np.arange(len(per)), per)
-    rng = np.random.default_rng(np.random.SeedSequence([seed, _POSITIONS_STREAM, epoch]))
-    sources = sources[rng.permutation(len(sources))]
-    local = np.empty(len(sources), np.int64)
-    for i, (length, n) in enumerate(zip(lengths, per, strict=True)):
-        where = np.flatnonzero(sources == i)
-        consumed = epoch * int(n) + np.arange(int(n), dtype=np.int64)  # this source's j-th sample
-        rounds, rest = np.divmod(consumed, int(length))
-        for r in np.unique(rounds):
-            perm = np.random.default_rng(
-                np.random.SeedSequence([seed, _SOURCE_STREAM, i, int(r)])
-            ).permutation(int(length))
-            mine = rounds == r
-            local[where[mine]] = perm[rest[mine]]
-    return sources, local
 
 
 class Mixture:
@@ -167,6 +121,7 @@ class Mixture:
             raise ValueError(f"samples_per_epoch must be an int >= 1, got {samples_per_epoch!r}")
         self._counts = split_counts(self.weights, n)
         self._offsets = np.concatenate([[0], np.cumsum(self._lengths)[:-1]]).astype(np.int64)
+        self._episode_lengths = tuple(d.lengths for d in datasets)  # block shuffle's blocks
         self.cameras = tuple(
             dict.fromkeys(cameras if cameras is not None else [c for d in datasets for c in d.cameras])
         )
@@ -175,7 +130,7 @@ class Mixture:
         self._state_dim = max(s for s, _ in dims)
         self._action_dim = max(a for _, a in dims)
         self._dims_of = dims
-        self._order: tuple[int, np.ndarray] | None = None
+        self._order: tuple[tuple[int, int | None], np.ndarray] | None = None
 
     # -- what it is ---------------------------------------------------------------------------
 
@@ -242,12 +197,28 @@ class Mixture:
 
     # -- order --------------------------------------------------------------------------------
 
-    def epoch_order(self, epoch: int) -> np.ndarray:
-        """Flat sample numbers (see `samples`) of `epoch`, in order (length N)."""
+    def epoch_order(self, epoch: int, *, block_size: int | None = None) -> np.ndarray:
+        """Flat sample numbers (see `samples`) of `epoch`, in order (length N): a global shuffle,
+        or with `block_size` b (`Loader(block_size=b)`) runs of up to b neighbouring steps of one
+        episode of one source kept together, the runs of every source shuffled together; each
+        source's count is the same either way (`pi_loader.order._mixture`).
+
+        Example:
+            >>> mix.epoch_order(0, block_size=8)[:8]   # 8 neighbouring steps of one episode
+        """
         epoch = check_seed("epoch", epoch)
-        if self._order is None or self._order[0] != epoch:
-            src, local = mixture_order(self._lengths, self._counts, seed=self._seed, epoch=epoch)
-            self._order = (epoch, self._offsets[src] + local)
+        if block_size is not None and (
+            isinstance(block_size, bool) or not isinstance(block_size, int) or block_size < 1
+        ):
+            raise ValueError(f"block_size must be None (global shuffle) or an int >= 1, got {block_size!r}")
+        if self._order is None or self._order[0] != (epoch, block_size):
+            if block_size is None:
+                src, local = mixture_order(self._lengths, self._counts, seed=self._seed, epoch=epoch)
+            else:
+                src, local = mixture_block_order(
+                    self._episode_lengths, self._counts, block_size=block_size, seed=self._seed, epoch=epoch
+                )
+            self._order = ((epoch, block_size), self._offsets[src] + local)
         return self._order[1]
 
     def locate(self, flat: int) -> tuple[int, int]:

@@ -297,5 +297,57 @@ def test_pin_names_open_from_the_lake_and_bad_sources_are_refused(
         Mixture([("mix-a", 0.0)], lake=a.layout.root)
     with pytest.raises(ValueError, match="pass lake="):
         Mixture([("mix-a", 1.0)])
-    with pytest.raises(ValueError, match="block_size is not supported"):
-        Loader(mix, batch_size=2, block_size=4, num_workers=0)
+    with pytest.raises(ValueError, match="block_size must be None"):
+        mix.epoch_order(0, block_size=0)
+
+
+@pytest.mark.parametrize("workers", [0, 1])
+def test_block_shuffle_keeps_shares_blocks_shards_and_resume(
+    two_lakes: tuple[FakeLake, FakeLake], workers: int
+) -> None:
+    block = 3
+    mix = _mixture(two_lakes, seed=5)
+    order = mix.epoch_order(0, block_size=block)
+    assert order.tolist() == _mixture(two_lakes, seed=5).epoch_order(0, block_size=block).tolist()  # pure
+    assert sorted(order.tolist()) != order.tolist() and order.tolist() != mix.epoch_order(0).tolist()
+    batch = mix.samples(order)
+    src = batch["source"].tolist()
+    assert Counter(src) == {0: 31, 1: 13}  # the global shuffle's counts: shares within 1/N
+    # runs of one (source, episode, step // block) are at most a block long, and a block is one
+    # run unless its source's epoch crosses into another round
+    keys = [
+        (s, str(e), int(t) // block) for s, e, t in zip(src, batch["episode_id"], batch["step"], strict=True)
+    ]
+    runs = [k for i, k in enumerate(keys) if i == 0 or keys[i - 1] != k]
+    assert len(runs) < len(keys) and max(Counter(runs).values()) <= 2
+    whole = _ids(
+        list(Loader(mix, batch_size=4, shard=ShardSpec(0, 1), num_workers=workers, block_size=block))
+    )
+    assert whole == _ids([batch])
+    # shards: contiguous slices of that order, as for a Dataset (hosts agree)
+    for i in range(3):
+        loader = Loader(
+            _mixture(two_lakes, seed=5), batch_size=4, shard=ShardSpec(i, 3), num_workers=0, block_size=block
+        )
+        want = shard_order(order, shard_index=i, shard_count=3, drop_remainder=False)
+        assert _ids(list(loader)) == _ids([mix.samples(want)])
+    # an exact resume, in any epoch
+    first = Loader(mix, batch_size=4, shard=ShardSpec(0, 1), num_workers=workers, block_size=block)
+    first.set_epoch(2)
+    it = iter(first)
+    head = [next(it) for _ in range(5)]
+    state = first.get_state()
+    resumed = Loader(
+        _mixture(two_lakes, seed=5),
+        batch_size=4,
+        shard=ShardSpec(0, 1),
+        num_workers=workers,
+        block_size=block,
+    )
+    resumed.set_state(state)
+    assert _ids(head) + _ids(list(resumed)) == _ids([mix.samples(mix.epoch_order(2, block_size=block))])
+    # a state of another shuffle mode is refused
+    with pytest.raises(Exception, match="block_size"):
+        Loader(_mixture(two_lakes, seed=5), batch_size=4, shard=ShardSpec(0, 1), num_workers=0).set_state(
+            state
+        )
