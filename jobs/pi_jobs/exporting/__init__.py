@@ -6,6 +6,6 @@ Example:
     24000
 """
 
-from pi_jobs.exporting.lerobot import ExportError, ExportReport, export_lerobot
+from pi_jobs.exporting.lerobot import ExportError, ExportReport, FileLimits, export_lerobot
 
-__all__ = ["ExportError", "ExportReport", "export_lerobot"]
+__all__ = ["ExportError", "ExportReport", "FileLimits", "export_lerobot"]

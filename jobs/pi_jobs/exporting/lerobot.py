@@ -7,22 +7,25 @@ camera from `video` (the training chunks decoded, the frame each step shows: its
 them (else the episode's task). Written as lerobot's v3 layout:
 
     meta/info.json, meta/stats.json, meta/tasks.parquet, meta/episodes/chunk-000/file-000.parquet
-    data/chunk-000/file-000.parquet
-    videos/observation.images.<camera>/chunk-000/file-000.mp4   (H.264, yuv420p, every episode)
+    data/chunk-CCC/file-FFF.parquet
+    videos/observation.images.<camera>/chunk-CCC/file-FFF.mp4   (H.264, yuv420p)
 
 Features: `observation.state`, `action`, `observation.images.<camera>`, and lerobot's
 `timestamp`, `frame_index`, `episode_index`, `index`, `task_index`. LeRobot needs one fps and one
 shape per feature: a pin mixing rates, dimensions or cameras is refused with the episodes that
-differ (pin the ones that agree). One data and one video file per camera: fine up to a few GB;
-lerobot's file rotation (`*_files_size_in_mb`) is not applied.
+differ (pin the ones that agree). Data and video files rotate by size as lerobot's writer
+rotates them (`FileLimits`: lerobot's defaults of 1000 files per chunk, 100 MiB data files,
+200 MiB video files, or others; `_lerobot_files`), and each meta/episodes row says which data and
+video files hold the episode and from which timestamp. The meta/episodes rows stay in one file
+(about 1 kB an episode: 100 MiB is ~100,000 episodes).
 """
 
 from __future__ import annotations
 
 import json
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
-from fractions import Fraction
 from pathlib import Path
 from typing import Any
 
@@ -34,14 +37,11 @@ from pi_format import LakeLayout
 from pi_format.lake import AnnotationStore, PinStore, current_annotations, pinned_rows, value_at
 
 from pi_jobs.errors import PiJobsError
+from pi_jobs.exporting._lerobot_files import DATA_PATH, VIDEO_PATH, DataFiles, FileLimits, VideoFiles
+from pi_jobs.exporting._lerobot_meta import CODEBASE_VERSION, data_stats, episodes_table, info_json
+from pi_jobs.exporting._lerobot_meta import video_key as _key
 
-CODEBASE_VERSION = "v3.0"
-DATA_PATH = "data/chunk-{chunk_index:03d}/file-{file_index:03d}.parquet"
-VIDEO_PATH = "videos/{video_key}/chunk-{chunk_index:03d}/file-{file_index:03d}.mp4"
-# lerobot's defaults for a new dataset (LeRobotDataset.create): what its readers expect in info.json
-_CHUNKS_SIZE = 1000
-_DATA_FILES_MB = 100
-_VIDEO_FILES_MB = 200
+__all__ = ["DATA_PATH", "VIDEO_PATH", "ExportError", "ExportReport", "FileLimits", "export_lerobot"]
 _EPISODE_COLUMNS = [
     "episode_id",
     "attempt_id",
@@ -83,9 +83,17 @@ class ExportReport:
 
 
 def export_lerobot(
-    layout: LakeLayout, pin_name: str, out_dir: Path, *, say: Callable[[str], None] = print
+    layout: LakeLayout,
+    pin_name: str,
+    out_dir: Path,
+    *,
+    limits: FileLimits | None = None,
+    say: Callable[[str], None] = print,
 ) -> ExportReport:
     """Write the pin `pin_name` as a LeRobot v3 dataset under `out_dir` (see the module docstring).
+
+    Args:
+        limits: how data and video files rotate (default: lerobot's, `FileLimits()`).
 
     Raises:
         ExportError: `out_dir` is not empty, the pin mixes fps/dimensions/cameras, or rows the
@@ -94,9 +102,12 @@ def export_lerobot(
     Example:
         >>> export_lerobot(LakeLayout("/data/lake"), "pick-v3", Path("pick-v3-lerobot")).episodes
         1200
+        >>> small = FileLimits(data_files_size_in_mb=10, video_files_size_in_mb=50)
+        >>> export_lerobot(layout, "pick-v3", Path("pick-v3-small-files"), limits=small).episodes
     """
     from deltalake import DeltaTable
 
+    limits = limits if limits is not None else FileLimits()
     out_dir = Path(out_dir)
     if out_dir.exists() and any(out_dir.iterdir()):
         raise ExportError(f"{out_dir} is not empty: export into a new directory")
@@ -118,14 +129,12 @@ def export_lerobot(
         kinds=["instruction"],
     )
     cameras: tuple[str, ...] = shape["cameras"]
-    height, width, fps = shape["video_height"], shape["video_width"], shape["fps"]
+    fps = shape["fps"]
     out_dir.mkdir(parents=True, exist_ok=True)
-    writers = {
-        c: _VideoWriter(
-            out_dir / VIDEO_PATH.format(video_key=_key(c), chunk_index=0, file_index=0), fps, width, height
-        )
-        for c in cameras
-    }
+    scratch = out_dir / ".export-scratch"  # each episode's encoding until its file is complete
+    scratch.mkdir()
+    data_files = DataFiles(out_dir, limits)
+    videos = {c: VideoFiles(out_dir, _key(c), fps, limits, scratch) for c in cameras}
     tasks: dict[str, int] = {}
     data_parts: list[pa.Table] = []
     meta_rows: list[dict[str, Any]] = []
@@ -141,50 +150,44 @@ def export_lerobot(
             ]
             for text in task_of:
                 tasks.setdefault(text, len(tasks))
-            data_parts.append(
-                _data_table(
-                    steps,
-                    n,
-                    index,
-                    [tasks[t] for t in task_of],
-                    fps,
-                    shape["proprio_dim"],
-                    shape["action_dim"],
-                )
+            part = _data_table(
+                steps, n, index, [tasks[t] for t in task_of], fps, shape["proprio_dim"], shape["action_dim"]
             )
+            data_parts.append(part)
+            chunk, file = data_files.add(part)
             meta: dict[str, Any] = {
                 "episode_index": n,
                 "tasks": sorted(set(task_of), key=task_of.index),
                 "length": length,
-                "data/chunk_index": 0,
-                "data/file_index": 0,
+                "data/chunk_index": chunk,
+                "data/file_index": file,
                 "dataset_from_index": index,
                 "dataset_to_index": index + length,
                 "meta/episodes/chunk_index": 0,
                 "meta/episodes/file_index": 0,
             }
             for camera in cameras:
-                start = writers[camera].frames / fps
-                writers[camera].write(frames[camera])
+                chunk, file, start, stop = videos[camera].add(frames[camera])
                 meta.update(
                     {
-                        f"videos/{_key(camera)}/chunk_index": 0,
-                        f"videos/{_key(camera)}/file_index": 0,
+                        f"videos/{_key(camera)}/chunk_index": chunk,
+                        f"videos/{_key(camera)}/file_index": file,
                         f"videos/{_key(camera)}/from_timestamp": start,
-                        f"videos/{_key(camera)}/to_timestamp": start + length / fps,
+                        f"videos/{_key(camera)}/to_timestamp": stop,
                     }
                 )
             meta_rows.append(meta)
             index += length
             say(f"  export: episode {n + 1}/{episodes.num_rows} ({row['episode_id']}, {length} frames)")
     finally:
-        for writer in writers.values():
-            writer.close()
+        data_files.close()
+        for video in videos.values():
+            video.close()
+        shutil.rmtree(scratch, ignore_errors=True)
     data = pa.concat_tables(data_parts)
-    _write_parquet(data, out_dir / DATA_PATH.format(chunk_index=0, file_index=0))
-    stats = _stats(data, ("observation.state", "action"))
+    stats = data_stats(data, ("observation.state", "action"))
     _write_parquet(
-        _episodes_table(meta_rows, data, shape),
+        episodes_table(meta_rows, data, shape),
         out_dir / "meta" / "episodes" / "chunk-000" / "file-000.parquet",
     )
     # as lerobot writes it: a pandas frame of task_index indexed by the task string (its reader
@@ -195,14 +198,10 @@ def export_lerobot(
         out_dir / "meta" / "tasks.parquet"
     )
     (out_dir / "meta" / "stats.json").write_text(json.dumps(stats, indent=2))
-    info = _info(shape, episodes.num_rows, index, len(tasks))
+    info = info_json(shape, episodes.num_rows, index, len(tasks), limits)
     (out_dir / "meta" / "info.json").write_text(json.dumps(info, indent=4))
     written = sum(p.stat().st_size for p in out_dir.rglob("*") if p.is_file())
     return ExportReport(out_dir, episodes.num_rows, index, len(tasks), cameras, fps, written)
-
-
-def _key(camera: str) -> str:
-    return f"observation.images.{camera}"
 
 
 def _one_shape(episodes: pa.Table, pin: str) -> dict[str, Any]:
@@ -290,117 +289,6 @@ def _data_table(
     )
 
 
-def _stats(data: pa.Table, keys: tuple[str, ...]) -> dict[str, dict[str, list[float]]]:
-    out: dict[str, dict[str, list[float]]] = {}
-    for key in keys:
-        x = np.asarray(data.column(key).to_pylist(), np.float64)
-        out[key] = {
-            "min": x.min(axis=0).tolist(),
-            "max": x.max(axis=0).tolist(),
-            "mean": x.mean(axis=0).tolist(),
-            "std": x.std(axis=0).tolist(),
-            "count": [int(x.shape[0])],
-        }
-    return out
-
-
-def _episodes_table(rows: list[dict[str, Any]], data: pa.Table, shape: dict[str, Any]) -> pa.Table:
-    table = pa.Table.from_pylist(rows)
-    # per-episode statistics of the numeric features, as lerobot's own episodes files carry them
-    for key in ("observation.state", "action"):
-        per = {s: [] for s in ("min", "max", "mean", "std")}  # type: dict[str, list[list[float]]]
-        count = []
-        for row in rows:
-            part = data.slice(row["dataset_from_index"], row["length"])
-            x = np.asarray(part.column(key).to_pylist(), np.float64)
-            per["min"].append(x.min(axis=0).tolist())
-            per["max"].append(x.max(axis=0).tolist())
-            per["mean"].append(x.mean(axis=0).tolist())
-            per["std"].append(x.std(axis=0).tolist())
-            count.append([int(x.shape[0])])
-        for stat, values in per.items():
-            table = table.append_column(f"stats/{key}/{stat}", pa.array(values, pa.list_(pa.float64())))
-        table = table.append_column(f"stats/{key}/count", pa.array(count, pa.list_(pa.int64())))
-    return table
-
-
-def _info(shape: dict[str, Any], episodes: int, frames: int, tasks: int) -> dict[str, Any]:
-    fps = shape["fps"]
-    features: dict[str, Any] = {}
-    for camera in shape["cameras"]:
-        features[_key(camera)] = {
-            "dtype": "video",
-            "shape": [shape["video_height"], shape["video_width"], 3],
-            "names": ["height", "width", "channels"],
-            "info": {
-                "video.height": shape["video_height"],
-                "video.width": shape["video_width"],
-                "video.codec": "h264",
-                "video.pix_fmt": "yuv420p",
-                "video.is_depth_map": False,
-                "video.fps": fps,
-                "video.channels": 3,
-                "has_audio": False,
-            },
-        }
-    features["observation.state"] = {"dtype": "float32", "shape": [shape["proprio_dim"]], "names": None}
-    features["action"] = {"dtype": "float32", "shape": [shape["action_dim"]], "names": None}
-    for name, dtype in (
-        ("timestamp", "float32"),
-        ("frame_index", "int64"),
-        ("episode_index", "int64"),
-        ("index", "int64"),
-        ("task_index", "int64"),
-    ):
-        features[name] = {"dtype": dtype, "shape": [1], "names": None}
-    return {
-        "codebase_version": CODEBASE_VERSION,
-        "robot_type": shape["robot_type"],
-        "total_episodes": episodes,
-        "total_frames": frames,
-        "total_tasks": tasks,
-        "chunks_size": _CHUNKS_SIZE,
-        "data_files_size_in_mb": _DATA_FILES_MB,
-        "video_files_size_in_mb": _VIDEO_FILES_MB,
-        "fps": fps,
-        "splits": {"train": f"0:{episodes}"},
-        "data_path": DATA_PATH,
-        "video_path": VIDEO_PATH if shape["cameras"] else None,
-        "features": features,
-    }
-
-
 def _write_parquet(table: pa.Table, path: Path) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
     pq.write_table(table, path, compression="snappy")
-
-
-class _VideoWriter:
-    """One camera's frames of every episode, one after another, as H.264 (yuv420p) MP4."""
-
-    def __init__(self, path: Path, fps: int, width: int, height: int) -> None:
-        import av
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.frames = 0
-        self._container = av.open(str(path), mode="w")
-        self._stream = self._container.add_stream("libx264", rate=Fraction(fps))
-        self._stream.width, self._stream.height = width, height
-        self._stream.pix_fmt = "yuv420p"
-        # a keyframe every 2 frames, as lerobot's own encoder settings (g=2): random access by timestamp
-        self._stream.options = {"crf": "18", "g": "2", "x264-params": "scenecut=0:threads=1"}
-
-    def write(self, frames: np.ndarray) -> None:
-        import av
-
-        for image in frames:
-            frame = av.VideoFrame.from_ndarray(np.ascontiguousarray(image), format="rgb24")
-            frame.pts = self.frames
-            for packet in self._stream.encode(frame):
-                self._container.mux(packet)
-            self.frames += 1
-
-    def close(self) -> None:
-        for packet in self._stream.encode():
-            self._container.mux(packet)
-        self._container.close()
