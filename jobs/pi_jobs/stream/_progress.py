@@ -22,6 +22,7 @@ SUMMED = (
     "incomplete",
     "buffered",
     "timed_out",
+    "recovered",  # episodes read back from Kafka after a restore (pi_jobs.stream._held)
 )
 
 

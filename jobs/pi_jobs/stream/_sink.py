@@ -8,7 +8,9 @@ writer (`writer_id` = group id + subtask index) and writes its own progress file
 
 PyFlink has no Python sink API, so the sink is a KeyedProcessFunction that emits nothing.
 This module is imported by the Python worker process; everything it needs travels in the
-picklable `SinkSettings`.
+picklable `SinkSettings` (pi_jobs.stream._sink_settings). The group commit itself is
+pi_jobs.stream._group_commit; what the sink holds in memory is recoverable after a restore
+through the Kafka positions it keeps in Flink state (pi_jobs.stream._held).
 """
 
 from __future__ import annotations
@@ -19,12 +21,11 @@ import logging
 import os
 import time
 import uuid
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import pyarrow as pa
 from pi_format import (
     Ack,
     AckStatus,
@@ -37,6 +38,8 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pi_jobs.stream import _metrics as metrics
 from pi_jobs.stream._acks import AckPublisher
 from pi_jobs.stream._events import SinkEvents, offset_ranges
+from pi_jobs.stream._group_commit import GroupCommits, Waiting
+from pi_jobs.stream._held import held_positions_descriptor, refetch
 from pi_jobs.stream._progress import load_progress, subtask_progress_file, write_progress
 from pi_jobs.stream._records import (
     NO_KEY,
@@ -47,52 +50,17 @@ from pi_jobs.stream._records import (
     record_time_ns,
 )
 from pi_jobs.stream._retry import with_retries
-from pi_jobs.stream.contract import RobotRegistry, check_episode, load_registry
-from pi_jobs.stream.featurize import FeaturizeConfig, featurize
+from pi_jobs.stream._sink_settings import SinkSettings
+from pi_jobs.stream.contract import check_episode, load_registry
+from pi_jobs.stream.featurize import featurize
 
 log = logging.getLogger("pi_jobs.stream")
 
-# Default of SinkSettings.incomplete_timeout_ms (see StreamJobConfig.incomplete_timeout_s).
-DEFAULT_INCOMPLETE_TIMEOUT_MS = 60_000
 # Fault injection (tests only): the worker exits at this LakeWriter stage ("rows_written",
 # "committed"), once per marker file, optionally only in one subtask. A real process death.
 CRASH_AT_ENV = "PILAKE_FAULT_CRASH_AT"
 CRASH_MARKER_ENV = "PILAKE_FAULT_CRASH_MARKER"
 CRASH_SUBTASK_ENV = "PILAKE_FAULT_CRASH_SUBTASK"
-
-
-@dataclass(frozen=True, slots=True)
-class SinkSettings:
-    """What the worker-side sink needs; pickled into the Flink job."""
-
-    bootstrap_servers: str
-    lake_root: str
-    catalog_path: str
-    raw_topic: str
-    ack_topic: str
-    progress_path: str
-    featurize: FeaturizeConfig
-    # Kafka security settings (SASL passwords): kept out of the repr so they are never logged.
-    client_options: Mapping[str, str] = field(default_factory=dict, repr=False)
-    # The robot registry the contract checks against; None: the one shipped with pi_jobs.
-    registry: RobotRegistry | None = None
-    # An episode with no new chunk for this long (processing time) is quarantined as
-    # incomplete_timeout; its chunks are kept in raw.
-    incomplete_timeout_ms: int = DEFAULT_INCOMPLETE_TIMEOUT_MS
-    # Group commit bounds (SPEC.md §7.8): commit when this many episodes are waiting, or when
-    # the oldest has waited this long (StreamJobConfig says why 200 ms).
-    group_commit_max_episodes: int = 32
-    group_commit_delay_ms: int = 200
-    # Writer identities are f"{writer_prefix}-{subtask index}" (unique per job and subtask).
-    writer_prefix: str = "pilake-stream"
-    # JSON event logs (pi_format.jsonlog, read by `pilake trace`): one file per worker process
-    # in this directory; "" = none.
-    event_log_dir: str = ""
-    # Prometheus /metrics of each worker on the first free port of [first, last]; None = off.
-    metrics_ports: tuple[int, int] | None = None
-    # How long a lake commit or catalog record is retried while its server is unreachable
-    # (pi_jobs.stream._retry); StreamJobConfig.dependency_retry_s says why 120 s.
-    dependency_retry_s: float = 120.0
 
 
 @dataclass(slots=True)
@@ -103,27 +71,19 @@ class _Pending:
     assembler: Any  # pi_format.wire.EpisodeAssembler
     messages: list[SourceMessage] = field(default_factory=list)
     last_chunk_ms: int = 0  # processing time of the latest chunk (the incomplete timeout's start)
+    positions: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) of messages
 
 
-@dataclass(slots=True)
-class _Waiting:
-    """One complete, featurized episode waiting for the next group commit."""
-
-    rows: Any  # pi_format.lake.EpisodeRows
-    attempt_id: str
-    raw: pa.Table
-    published_at_ns: int | None = None  # Kafka timestamp of the attempt's latest chunk
-
-
-class EpisodeSinkFunction(KeyedProcessFunction):
+class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
     """Keyed by episode_id: assemble, validate, featurize, commit, ack.
 
-    Partial episodes are kept in this instance's memory (a dict keyed by episode_id), not in
-    Flink keyed state: serializing megabytes of chunks into state on every message is slow.
-    A crash therefore loses the partial episodes; the source rewinds to the last checkpoint,
-    and for chunks older than that the uploader's end-to-end ack (it re-sends an episode whose
-    ack never came) recovers them. That is by design (architecture decision 3 makes the replay
-    harmless).
+    Partial episodes, and complete ones waiting for their group commit, are kept in this
+    instance's memory (keyed by episode_id), not in Flink keyed state: serializing megabytes of
+    chunks into state on every message is slow. Their Kafka positions are in keyed state
+    (pi_jobs.stream._held): after a restore from a checkpoint that moved the source past them,
+    the key's next message or timer reads them from Kafka again, so Flink's recovery alone
+    delivers every episode, without the uploader's re-send. A replay of what the checkpoint did
+    not cover is harmless (architecture decision 3).
     """
 
     def __init__(self, settings: SinkSettings) -> None:
@@ -140,7 +100,10 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         )
         self.catalog: Any = None
         self.pending: dict[str, _Pending] = {}
-        self.waiting: list[_Waiting] = []
+        # Kafka positions of the messages held under the current key (see _held)
+        self.held: Any = runtime_context.get_list_state(held_positions_descriptor())
+        self.settled: set[str] = set()  # committed here; their held positions not yet cleared
+        self.waiting: list[Waiting] = []
         self.waiting_since_ms = 0
         self.flushing = 0  # episodes in the group commit under way (for fault reports)
         self.registry = self.settings.registry or load_registry(None)
@@ -168,9 +131,6 @@ class EpisodeSinkFunction(KeyedProcessFunction):
             writer_id=f"{self.settings.writer_prefix}-{self.subtask}",
             on_stage=self._fault_injection,
         )
-
-    def _reopen_catalog(self) -> None:
-        self.catalog = None  # the next record opens a new client
 
     def close(self) -> None:
         acks = getattr(self, "acks", None)
@@ -243,8 +203,6 @@ class EpisodeSinkFunction(KeyedProcessFunction):
 
     # -- per message -----------------------------------------------------------------------
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
-        from pi_format.wire import EpisodeAssembler, decode_chunk, peek_episode_id
-
         key_bytes, payload, partition, offset = value[0], value[1], value[2], value[3]
         payload = bytes(payload) if payload is not None else b""
         key = ctx.get_current_key()
@@ -264,7 +222,18 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         metrics.BYTES_IN.inc(len(payload))
         offsets: dict[str, int] = p["offsets"]
         offsets[str(msg.partition)] = max(offsets.get(str(msg.partition), -1), msg.offset)
+        now_ms = int(ctx.timer_service().current_processing_time())
+        self._accept(msg, ctx, now_ms, key_bytes=key_bytes, recovered=False)
+        self._maybe_flush(now_ms)
+        self._write_progress()
+        return iter(())
 
+    def _accept(self, msg: SourceMessage, ctx: Any, now_ms: int, *, key_bytes: Any, recovered: bool) -> None:
+        """One message into its episode; `recovered`: read again from Kafka after a restore
+        (its position is already held in state)."""
+        from pi_format.wire import EpisodeAssembler, decode_chunk, peek_episode_id
+
+        payload = msg.value
         try:
             chunk = decode_chunk(payload)
             if msg.key is None:
@@ -296,16 +265,19 @@ class EpisodeSinkFunction(KeyedProcessFunction):
                 ack=False,
                 size_bytes=len(payload),
             )
-            self._write_progress()
-            return iter(())
+            return
 
-        now_ms = int(ctx.timer_service().current_processing_time())
         pending = self.pending.get(msg.key)
+        if pending is None and not recovered and self._recover(msg.key, ctx, now_ms):
+            pending = self.pending.get(msg.key)  # None when the recovered episode completed
         if pending is None:
             pending = _Pending(str(uuid.uuid4()), EpisodeAssembler(msg.key))
             self.pending[msg.key] = pending
             # One live timer per pending episode; on_timer re-arms it while chunks keep coming.
             ctx.timer_service().register_processing_time_timer(now_ms + self.settings.incomplete_timeout_ms)
+        position = (msg.partition, msg.offset)
+        if position in pending.positions:  # already read back from Kafka by the recovery
+            return
         pending.last_chunk_ms = now_ms
         try:
             # returns False for an identical duplicate chunk, which the assembler ignores
@@ -316,23 +288,62 @@ class EpisodeSinkFunction(KeyedProcessFunction):
                 del self.pending[msg.key]
             self.writer.write_raw(raw_rows([msg], attempt_id, [chunk.chunk_index]))
             self._quarantine(episode_id=msg.key, err=err, messages=[msg], attempt_id=attempt_id, ack=False)
-            self._write_progress()
-            return iter(())
+            return
         # Identical re-sent chunks are kept in raw too: every message gets a raw row.
         msg.chunk_index = chunk.chunk_index
         pending.messages.append(msg)
+        pending.positions.add(position)
+        if not recovered:
+            self.held.add(position)
         if pending.assembler.is_complete:
             del self.pending[msg.key]
             self._complete(pending, manifest_at_ns=msg.received_at_ns, ctx=ctx, now_ms=now_ms)
-        self._maybe_flush(now_ms)
-        self._write_progress()
-        return iter(())
+
+    def _recover(self, key: str, ctx: Any, now_ms: int) -> bool:
+        """Assemble again what this key held when the worker was lost (see _held); False when
+        it holds nothing to recover. Positions of an episode committed since are cleared."""
+        if key in self.pending or any(w.rows.episode_id == key for w in self.waiting):
+            return False
+        positions = [(int(p), int(o)) for p, o in (self.held.get() or ())]
+        if not positions:
+            self.settled.discard(key)
+            return False
+        if key in self.settled or self.writer.committed_attempt(key) is not None:
+            self.settled.discard(key)
+            self.held.clear()
+            return False
+        found = refetch(
+            bootstrap_servers=self.settings.bootstrap_servers,
+            client_options=self.settings.client_options,
+            topic=self.settings.raw_topic,
+            key=key,
+            positions=positions,
+        )
+        self.progress["recovered"] = int(self.progress.get("recovered", 0)) + 1
+        self._event(
+            "recovered",
+            key,
+            None,
+            level=logging.WARNING if found.missing else logging.INFO,
+            messages=len(found.messages),
+            missing=[f"{p}:{o}" for p, o in found.missing[:20]],
+        )
+        log.info(
+            "recovered %s after a restore: %d of %d held messages read again from Kafka",
+            key,
+            len(found.messages),
+            len(positions),
+        )
+        for message in found.messages:
+            self._accept(message, ctx, now_ms, key_bytes=None, recovered=True)
+        return True
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
         """The incomplete timeout of one episode: quarantine it unless chunks came meanwhile.
 
         After a Flink restart timers are restored but `pending` (in memory) is not: a timer
-        without a pending episode does nothing.
+        without a pending episode recovers what its key held (see _held), or clears the held
+        positions of an episode committed since.
         """
         # Any timer is a chance to commit the waiting group (its delay timer may be one).
         if self._maybe_flush(int(timestamp)):
@@ -340,6 +351,12 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         key = ctx.get_current_key()
         pending = self.pending.get(key)
         if pending is None:
+            if any(w.rows.episode_id == key for w in self.waiting):  # its group is not due yet
+                due_ms = self.waiting_since_ms + self.settings.group_commit_delay_ms
+                ctx.timer_service().register_processing_time_timer(max(due_ms, int(timestamp) + 1))
+            elif self._recover(key, ctx, int(timestamp)):  # held when the worker was lost
+                self._maybe_flush(int(timestamp))
+                self._write_progress()
             return iter(())
         deadline_ms = pending.last_chunk_ms + self.settings.incomplete_timeout_ms
         if timestamp < deadline_ms:  # a chunk arrived since this timer was set
@@ -347,6 +364,7 @@ class EpisodeSinkFunction(KeyedProcessFunction):
             return iter(())
         del self.pending[key]
         self._time_out(pending)
+        self.held.clear()
         self._write_progress()
         return iter(())
 
@@ -383,6 +401,7 @@ class EpisodeSinkFunction(KeyedProcessFunction):
         if self.writer.committed_attempt(eid) is not None:
             self.writer.write_raw(raw)
             self._duplicate(eid)
+            self.held.clear()
             return
         raw_size = int(asm.size_bytes)  # distinct chunks only
         published = [m.published_at_ns for m in messages if m.published_at_ns is not None]
@@ -411,98 +430,16 @@ class EpisodeSinkFunction(KeyedProcessFunction):
             self._quarantine(
                 episode_id=eid, err=err, messages=messages, attempt_id=pending.attempt_id, ack=True
             )
+            self.held.clear()
             return
         self._event("validated", eid, pending.attempt_id, steps=int(episode.step_count))
         if not self.waiting:
             self.waiting_since_ms = now_ms
-            # the delay bound: a timer (under this episode's key) that flushes the group
-            ctx.timer_service().register_processing_time_timer(now_ms + self.settings.group_commit_delay_ms)
-        self.waiting.append(_Waiting(featurized, pending.attempt_id, raw, max(published, default=None)))
-
-    def _maybe_flush(self, now_ms: int) -> bool:
-        """Commit the waiting group when it is full or its oldest episode waited long enough."""
-        if not self.waiting:
-            return False
-        full = len(self.waiting) >= self.settings.group_commit_max_episodes
-        if not full and now_ms - self.waiting_since_ms < self.settings.group_commit_delay_ms:
-            return False
-        self._flush()
-        return True
-
-    def _flush(self) -> None:
-        group, self.waiting = self.waiting, []
-        self.flushing = len(group)
-        started = time.monotonic()
-        raw = pa.concat_tables([w.raw for w in group])
-        # an object store that is down for a while (a restart) is waited for, not failed on
-        result = with_retries(
-            "lake commit",
-            lambda: self.writer.commit_episodes([w.rows for w in group], raw=raw),
-            retry_s=self.settings.dependency_retry_s,
-            before_retry=self._open_writer,
-        )
-        lake_committed_ns = time.time_ns()
-        if result.committed:
-            self._record_in_catalog(result.episodes, result.version)
-            published = {w.rows.episode_id: w.published_at_ns for w in group}
-            with_retries(
-                "catalog freshness record",
-                lambda: self.events.group_committed(self._catalog(), result, published, lake_committed_ns),
-                retry_s=self.settings.dependency_retry_s,
-                before_retry=self._reopen_catalog,
-            )
-        metrics.record_commit(
-            group, result, seconds=time.monotonic() - started, committed_at_ns=lake_committed_ns
-        )
-        # the attempts that were committed, from the markers themselves: when a re-send landed in
-        # the same group as the original, the first copy is committed and the other is a duplicate
-        attempts = dict(
-            zip(
-                result.episodes.column("episode_id").to_pylist(),
-                result.episodes.column("attempt_id").to_pylist(),
-                strict=True,
-            )
-        )
-        now = time.time_ns()
-        for eid in result.committed:
-            self.acks.send(Ack(eid, AckStatus.COMMITTED, attempts[eid], now))
-        self.progress["committed"] += len(result.committed)
-        for eid in result.duplicates:  # committed by another writer meanwhile (or twice in the group)
-            self._duplicate(eid)
+        # The delay bound: a timer that flushes the group. Under each episode's own key, so that
+        # it also clears the episode's held positions once committed, or recovers the episode
+        # after a restore (restored timers that are due fire at once).
+        ctx.timer_service().register_processing_time_timer(now_ms + self.settings.group_commit_delay_ms)
+        self.waiting.append(Waiting(featurized, pending.attempt_id, raw, max(published, default=None)))
 
     def _event(self, event: str, episode_id: str | None, attempt_id: str | None, **fields: Any) -> None:
         self.events.emit(event, episode_id, attempt_id, **fields)
-
-    def _duplicate(self, episode_id: str) -> None:
-        """A re-send (or a replay) of an episode already in the lake: ack it again."""
-        self.progress["duplicates"] += 1
-        found = self.writer.committed_episode_row(episode_id)
-        if found is None:  # committed_attempt said yes: the row cannot vanish (one writer, no deletes)
-            raise RuntimeError(f"episode {episode_id} is marked committed but has no episodes row")
-        row, version = found
-        attempt = str(row.column("attempt_id")[0].as_py())
-        log.info("duplicate upload of %s (committed as attempt %s): ack again", episode_id, attempt)
-        self._event("duplicate", episode_id, attempt, episodes_version=int(version))
-        # Recording again is idempotent, and repairs the catalog when a failure hit between the
-        # Delta commit and the catalog update (the replay after the restart lands here).
-        self._record_in_catalog(row, version)
-        self.acks.send(Ack(episode_id, AckStatus.COMMITTED, attempt, time.time_ns()))
-
-    def _catalog(self) -> Any:
-        if self.catalog is None:
-            from pi_catalog import Catalog
-
-            self.catalog = Catalog(self.settings.catalog_path)
-        return self.catalog
-
-    def _record_in_catalog(self, episode_row: pa.Table, version: int) -> None:
-        # The catalog is derived (decision 7): Delta is already committed here. A server that is
-        # down is retried for a while (recording is idempotent); an error that outlasts it
-        # surfaces (the job fails and restarts, the replay sees a duplicate) rather than being
-        # hidden; `pilake` can rebuild the catalog from Delta.
-        with_retries(
-            "catalog record",
-            lambda: self._catalog().record_episodes(episode_row, episodes_version=version),
-            retry_s=self.settings.dependency_retry_s,
-            before_retry=self._reopen_catalog,
-        )

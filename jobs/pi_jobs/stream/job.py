@@ -35,7 +35,8 @@ def build_job(config: StreamJobConfig) -> Any:
     from pyflink.table import StreamTableEnvironment
 
     from pi_jobs.stream._records import episode_key
-    from pi_jobs.stream._sink import EpisodeSinkFunction, SinkSettings
+    from pi_jobs.stream._sink import EpisodeSinkFunction
+    from pi_jobs.stream._sink_settings import SinkSettings
     from pi_jobs.stream.contract import load_registry
 
     registry = load_registry(config.robots_path)  # a bad registry fails here, not in the worker

@@ -9,10 +9,13 @@ death that Flink sees as a failed task) at a `LakeWriter` stage, once per marker
 | `commit_before_ack` | committed | markers committed; catalog not updated, no ack sent |
 | `mid_group` | rows_written, group of several | several episodes' rows, none of their markers |
 | `one_of_two_subtasks` | rows_written in subtask 1 of 2 | subtask 0 keeps running |
+| `held_across_checkpoints` | group_due, 20 s delay | nothing: all episodes held in memory |
 
 Flink restarts the job from its last checkpoint in the same `pilake stream` run; what the
 restart does not replay, the uploader re-sends (its ack never came). The audit then must show
-every episode visible once and the catalog equal to the lake.
+every episode visible once and the catalog equal to the lake. At `held_across_checkpoints`
+the uploader never re-sends: Flink's restore alone must deliver (the sink reads the held
+messages again from Kafka, pi_jobs.stream._held).
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from pi_jobs.local.faults._harness import CONFIRM_TIMEOUT_S, FaultStack, confirm_all
+from pi_jobs.local.faults._harness import CONFIRM_TIMEOUT_S, RESEND_AFTER_S, FaultStack, confirm_all
 from pi_jobs.local.faults._messages import simulated
 from pi_jobs.local.faults._result import FaultResult, make_result
 
@@ -33,7 +36,12 @@ CRASH_POINTS: dict[str, tuple[str, int, int | None, int]] = {
     # a long delay gathers the episodes into one group before it commits
     "mid_group": ("rows_written", 1, None, 4000),
     "one_of_two_subtasks": ("rows_written", 2, 1, 500),
+    # held for 20 s, checkpoints every 2 s: the restored source offsets are past every message
+    "held_across_checkpoints": ("group_due", 1, None, 20_000),
 }
+# points where the uploader never re-sends, so that only Flink's recovery can deliver
+NO_RESEND_POINTS = frozenset({"held_across_checkpoints"})
+NO_RESEND_S = 24 * 3600.0
 
 
 def crash_point(home: Path, jar_cache: Path, point: str, *, seed: int = 7600) -> FaultResult:
@@ -51,7 +59,8 @@ def crash_point(home: Path, jar_cache: Path, point: str, *, seed: int = 7600) ->
     args = ["--parallelism", str(parallelism), "--group-commit-delay-ms", str(delay_ms)]
     with FaultStack(home, jar_cache=jar_cache) as stack:
         stack.start_broker()
-        with stack.uploader("robot") as up:
+        resend_after_s = NO_RESEND_S if point in NO_RESEND_POINTS else RESEND_AFTER_S
+        with stack.uploader("robot", resend_after_s=resend_after_s) as up:
             for ep in episodes:
                 up.submit(ep)
             up.send_pending()
@@ -78,5 +87,6 @@ def crash_point(home: Path, jar_cache: Path, point: str, *, seed: int = 7600) ->
             "duplicates_after_restart": progress.get("duplicates", 0),
             "sink_subtasks_reporting": progress.get("subtasks", 0),
             "resent_episodes": upload.resent_episodes,
+            "recovered_after_restart": progress.get("recovered", 0),
         },
     )

@@ -1,0 +1,147 @@
+"""The group commit of the stream sink: commit the waiting group, record it in the catalog,
+ack it, and answer duplicates (a mixin of pi_jobs.stream._sink.EpisodeSinkFunction, whose
+attributes it uses: the writer, the acks, the events, the progress counts).
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import pyarrow as pa
+from pi_format import Ack, AckStatus
+
+from pi_jobs.stream import _metrics as metrics
+from pi_jobs.stream._retry import with_retries
+
+log = logging.getLogger("pi_jobs.stream")
+
+
+@dataclass(slots=True)
+class Waiting:
+    """One complete, featurized episode waiting for the next group commit."""
+
+    rows: Any  # pi_format.lake.EpisodeRows
+    attempt_id: str
+    raw: pa.Table
+    published_at_ns: int | None = None  # Kafka timestamp of the attempt's latest chunk
+
+
+class GroupCommits:
+    """Commits `self.waiting` as one group (see the module doc)."""
+
+    settings: Any  # SinkSettings
+    writer: Any  # pi_format.lake.LakeWriter
+    acks: Any  # pi_jobs.stream._acks.AckPublisher
+    events: Any  # pi_jobs.stream._events.SinkEvents
+    catalog: Any
+    progress: dict[str, Any]
+    waiting: list[Waiting]
+    waiting_since_ms: int
+    flushing: int
+    settled: set[str]
+
+    # provided by EpisodeSinkFunction (declared here for the type checker)
+    def _open_writer(self) -> None:
+        raise NotImplementedError
+
+    def _fault_injection(self, stage: str) -> None:
+        raise NotImplementedError
+
+    def _event(self, event: str, episode_id: str | None, attempt_id: str | None, **fields: Any) -> None:
+        raise NotImplementedError
+
+    def _reopen_catalog(self) -> None:
+        self.catalog = None  # the next record opens a new client
+
+    def _maybe_flush(self, now_ms: int) -> bool:
+        """Commit the waiting group when it is full or its oldest episode waited long enough."""
+        if not self.waiting:
+            return False
+        full = len(self.waiting) >= self.settings.group_commit_max_episodes
+        if not full and now_ms - self.waiting_since_ms < self.settings.group_commit_delay_ms:
+            return False
+        self.flushing = len(self.waiting)
+        self._fault_injection("group_due")  # tests: a worker lost while it holds a whole group
+        self._flush()
+        return True
+
+    def _flush(self) -> None:
+        group, self.waiting = self.waiting, []
+        self.flushing = len(group)
+        started = time.monotonic()
+        raw = pa.concat_tables([w.raw for w in group])
+        # an object store that is down for a while (a restart) is waited for, not failed on
+        result = with_retries(
+            "lake commit",
+            lambda: self.writer.commit_episodes([w.rows for w in group], raw=raw),
+            retry_s=self.settings.dependency_retry_s,
+            before_retry=self._open_writer,
+        )
+        lake_committed_ns = time.time_ns()
+        if result.committed:
+            self._record_in_catalog(result.episodes, result.version)
+            published = {w.rows.episode_id: w.published_at_ns for w in group}
+            with_retries(
+                "catalog freshness record",
+                lambda: self.events.group_committed(self._catalog(), result, published, lake_committed_ns),
+                retry_s=self.settings.dependency_retry_s,
+                before_retry=self._reopen_catalog,
+            )
+        metrics.record_commit(
+            group, result, seconds=time.monotonic() - started, committed_at_ns=lake_committed_ns
+        )
+        # the attempts that were committed, from the markers themselves: when a re-send landed in
+        # the same group as the original, the first copy is committed and the other is a duplicate
+        attempts = dict(
+            zip(
+                result.episodes.column("episode_id").to_pylist(),
+                result.episodes.column("attempt_id").to_pylist(),
+                strict=True,
+            )
+        )
+        now = time.time_ns()
+        for eid in result.committed:
+            self.acks.send(Ack(eid, AckStatus.COMMITTED, attempts[eid], now))
+        self.progress["committed"] += len(result.committed)
+        # their held positions are cleared by their keys' timers (state is per key)
+        self.settled.update(result.committed)
+        self.settled.update(result.duplicates)
+        for eid in result.duplicates:  # committed by another writer meanwhile (or twice in the group)
+            self._duplicate(eid)
+
+    def _duplicate(self, episode_id: str) -> None:
+        """A re-send (or a replay) of an episode already in the lake: ack it again."""
+        self.progress["duplicates"] += 1
+        found = self.writer.committed_episode_row(episode_id)
+        if found is None:  # committed_attempt said yes: the row cannot vanish (one writer, no deletes)
+            raise RuntimeError(f"episode {episode_id} is marked committed but has no episodes row")
+        row, version = found
+        attempt = str(row.column("attempt_id")[0].as_py())
+        log.info("duplicate upload of %s (committed as attempt %s): ack again", episode_id, attempt)
+        self._event("duplicate", episode_id, attempt, episodes_version=int(version))
+        # Recording again is idempotent, and repairs the catalog when a failure hit between the
+        # Delta commit and the catalog update (the replay after the restart lands here).
+        self._record_in_catalog(row, version)
+        self.acks.send(Ack(episode_id, AckStatus.COMMITTED, attempt, time.time_ns()))
+
+    def _catalog(self) -> Any:
+        if self.catalog is None:
+            from pi_catalog import Catalog
+
+            self.catalog = Catalog(self.settings.catalog_path)
+        return self.catalog
+
+    def _record_in_catalog(self, episode_row: pa.Table, version: int) -> None:
+        # The catalog is derived (decision 7): Delta is already committed here. A server that is
+        # down is retried for a while (recording is idempotent); an error that outlasts it
+        # surfaces (the job fails and restarts, the replay sees a duplicate) rather than being
+        # hidden; `pilake` can rebuild the catalog from Delta.
+        with_retries(
+            "catalog record",
+            lambda: self._catalog().record_episodes(episode_row, episodes_version=version),
+            retry_s=self.settings.dependency_retry_s,
+            before_retry=self._reopen_catalog,
+        )
