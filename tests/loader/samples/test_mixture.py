@@ -232,6 +232,11 @@ def test_merged_quantiles_are_those_of_the_weighted_mixture(
             mine = [shares[i] / sum(shares[j] for j in have) for i in have]
             mean = sum(m * values[i][:, d].astype(np.float64).mean() for i, m in zip(have, mine, strict=True))
             assert stats.mean[d] == pytest.approx(mean, rel=1e-6, abs=1e-9)
+    # the trainer's quantile normalization takes a mixture's statistics
+    from pi_train._normalize import normalization_stats
+
+    norm = normalization_stats(mix, "quantile")
+    assert norm.action_std.shape == (4,) and np.isfinite(norm.action_std).all()
 
 
 def _ids(batches: list[dict[str, np.ndarray]]) -> list[tuple[int, str, int]]:
