@@ -374,3 +374,38 @@ def test_the_summary_counts_what_the_last_group_commit_committed(tmp_path: Path)
     assert _count_commits(config, plan, {"committed": 0, "duplicates": 1})["committed"] == 3
     again = run_backfill(config)
     assert (again.already_done, again.committed) == (4, 0)
+
+
+def test_a_failed_last_catalog_record_is_repaired_by_the_driver(tmp_path: Path) -> None:
+    """The last group commit happens in the function's close(); its catalog record failing there
+    (after the Delta commit) must not leave the catalog without the run's episodes, whether or
+    not PyFlink fails the job for it (run as `pilake backfill`, so the fault reaches the worker)."""
+    from pi_catalog import Catalog
+    from pi_jobs.backfill._function import CATALOG_FAILS_AT_CLOSE_ENV
+
+    layout, catalog_path, ids = make_stream_lake(tmp_path, 3)
+    env = {
+        **os.environ,
+        "PILAKE_HOME": str(tmp_path / "home"),
+        "PILAKE_LAKE": layout.root,
+        "PILAKE_CATALOG": catalog_path,
+    }
+    # one group of all 3: its commit and its catalog record both happen in close()
+    command = [sys.executable, "-m", "pi_jobs.cli", "backfill", "--featurizer", "res96"]
+    command += ["--group-commit-episodes", "16"]
+    first = subprocess.run(
+        command, env={**env, CATALOG_FAILS_AT_CLOSE_ENV: "1"}, capture_output=True, text=True, timeout=600
+    )
+    if first.returncode != 0:  # a job failed loudly is fine too; the next run repairs the catalog
+        assert "fault injection" in first.stdout + first.stderr, first.stderr[-3000:]
+        again = subprocess.run(command, env=env, capture_output=True, text=True, timeout=600)
+        assert again.returncode == 0 and "3 already done" in again.stdout + again.stderr, again.stderr[-3000:]
+    tagged = read_committed(layout, ["featurizer"]).column("featurizer").to_pylist()
+    assert tagged == ["res96@1"] * 3, first.stderr[-3000:]
+    catalog = Catalog(catalog_path)
+    rows = catalog.query_arrow("SELECT episode_id, video_width FROM episodes ORDER BY episode_id").to_pylist()
+    catalog.close()
+    # the catalog indexes the new attempts (96 px), not the superseded ones (32 px)
+    assert [(r["episode_id"], r["video_width"]) for r in rows] == [(e, 96) for e in sorted(ids)], (
+        first.stderr[-3000:]
+    )

@@ -33,6 +33,8 @@ log = logging.getLogger("pi_jobs.backfill")
 # Fault injection (tests only): each worker sleeps this long per episode, so a test can kill
 # the run between two group commits.
 DELAY_ENV = "PILAKE_FAULT_BACKFILL_DELAY_S"
+# Fault injection (tests only): the catalog record of the last group commit (in close()) fails.
+CATALOG_FAILS_AT_CLOSE_ENV = "PILAKE_FAULT_BACKFILL_CATALOG_FAILS_AT_CLOSE"
 # failures named in the progress file (all are counted)
 _MAX_FAILURES_LISTED = 100
 
@@ -73,7 +75,7 @@ class BackfillFunction(KeyedProcessFunction):
     def close(self) -> None:
         # the end of the (bounded) input: commit what is left
         if getattr(self, "waiting", None):
-            self._flush()
+            self._flush(closing=True)
             self._write_progress()
 
     def _write_progress(self) -> None:
@@ -120,10 +122,12 @@ class BackfillFunction(KeyedProcessFunction):
             featurizer_tag=self.settings.featurizer_tag,
         )
 
-    def _flush(self) -> None:
+    def _flush(self, *, closing: bool = False) -> None:
         group, self.waiting = self.waiting, []
         result = self.writer.commit_episodes(group, supersede=True)
         if result.committed and self.settings.catalog_path is not None:
+            if closing and os.environ.get(CATALOG_FAILS_AT_CLOSE_ENV):
+                raise RuntimeError("fault injection: the catalog record of the last group commit failed")
             if self.catalog is None:
                 from pi_catalog import Catalog
 

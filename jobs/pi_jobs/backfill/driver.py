@@ -114,8 +114,8 @@ def plan_backfill(config: BackfillConfig) -> BackfillPlan:
 
 
 def _record_done(config: BackfillConfig, done: tuple[str, ...]) -> None:
-    """Record the already-done episodes' markers in the target catalog again (idempotent): a run
-    killed between a commit and its catalog record left them out."""
+    """Record the done episodes' markers in the target catalog again (idempotent): a run killed
+    between a commit and its catalog record, or whose last record failed, left them out."""
     from deltalake import DeltaTable
     from pi_catalog import Catalog
     from pi_format import LakeLayout
@@ -205,6 +205,10 @@ def run_backfill(config: BackfillConfig) -> BackfillReport:
         if plan.items:
             progress, job_s = _run_job(config, plan, run_id, build_backfill_job, read_run_progress)
             progress = _count_commits(config, plan, progress)
+            # The catalog follows the lake for every episode the run committed, even where a
+            # worker's catalog record failed after its Delta commit: one in the function's
+            # close() (the last group commit) can fail while the job still ends FINISHED.
+            _record_done(config, _done_in_target(config, plan))
     except BaseException:
         status = "failed"
         progress = read_run_progress(config.progress_path)
@@ -314,24 +318,32 @@ def _settled_progress(
     return progress
 
 
-def _count_commits(config: BackfillConfig, plan: BackfillPlan, progress: dict[str, Any]) -> dict[str, Any]:
-    """`progress` with `committed` checked against the lake: the planned episodes whose visible
-    attempt in the target now carries the featurizer, less those the workers found already done
-    (duplicates), are what this run committed. The workers' own count can only lag the lake (a
-    progress file written after the driver read it), never lead it."""
+def _done_in_target(config: BackfillConfig, plan: BackfillPlan) -> tuple[str, ...]:
+    """The planned episodes whose visible attempt in the target carries the run's featurizer."""
     from pi_format import LakeLayout
     from pi_format.lake import latest_commits
     from pi_format.lake.visibility import read_deleted_ids
 
     planned = {item[0] for item in plan.items}
     target = latest_commits(_episodes(config.target_root), read_deleted_ids(LakeLayout(config.target_root)))
-    done_now = sum(
-        1
-        for e, f in zip(
-            target.column("episode_id").to_pylist(), target.column("featurizer").to_pylist(), strict=True
+    return tuple(
+        sorted(
+            e
+            for e, f in zip(
+                target.column("episode_id").to_pylist(), target.column("featurizer").to_pylist(), strict=True
+            )
+            if f == plan.featurizer.tag and e in planned
         )
-        if f == plan.featurizer.tag and e in planned
     )
+
+
+def _count_commits(config: BackfillConfig, plan: BackfillPlan, progress: dict[str, Any]) -> dict[str, Any]:
+    """`progress` with `committed` checked against the lake: the planned episodes whose visible
+    attempt in the target now carries the featurizer, less those the workers found already done
+    (duplicates), are what this run committed. The workers' own count can only lag the lake (a
+    progress file written after the driver read it), never lead it."""
+
+    done_now = len(_done_in_target(config, plan))
     committed = max(int(progress.get("committed", 0)), done_now - int(progress.get("duplicates", 0)))
     if committed != int(progress.get("committed", 0)):
         log.warning(
