@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from pi_format import stats as S
+from pi_format.stats import _weighted as WQ
 
 from tests.format.test_stats import datasets
 
@@ -69,6 +70,24 @@ def test_merge_is_the_weighted_step_function_of_every_knot(
     for j, q in enumerate(QS):
         for d in range(width):
             assert got[j, d] == brute_weighted(sk, weights, q, d), (q, d)
+
+
+@given(mixtures(), st.sampled_from([(1, 1), (2, 3), (16, 7)]))
+@settings(max_examples=60, deadline=None)
+def test_counting_into_cells_first_changes_nothing(
+    mix: tuple[list[list[np.ndarray]], list[float]], limits: tuple[int, int]
+) -> None:
+    # the merge sorts only the cell where the mass reaches the goal once candidates are many:
+    # forced here on small data with few cells (one cell, or most keys in one)
+    groups, weights = mix
+    sk = _sketches(groups)
+    expected = S.merge_weighted_quantiles(sk, weights, QS)
+    saved = (WQ._DIRECT, WQ._CELLS)
+    WQ._DIRECT, WQ._CELLS = limits
+    try:
+        assert np.array_equal(S.merge_weighted_quantiles(sk, weights, QS), expected)
+    finally:
+        WQ._DIRECT, WQ._CELLS = saved
 
 
 @given(mixtures(), st.sampled_from([0.01, 0.05, 0.99, 0.95]))

@@ -10,8 +10,11 @@ smallest knot value x with G(<= x) >= q, mirrored above ½). `mixture_rank_error
 error for any data, as `rank_error_bound` does for one selection.
 
 Work: each selection's own quantiles bracket the mixture's (G(x) < q below the smallest of them,
-G(x) >= q at the largest), so only the knots on the tail side of that bracket are sorted: near a
-tail, a few percent of them. Selections of other widths: dimension d merges over the selections
+G(x) >= q at the largest), so only the knots on the tail side of that bracket are candidates;
+many candidates are first counted into cells of equal width in value, and only the cell where the
+mass reaches the goal is sorted (the result is the same: tests force either path). Two sources of
+7,000 and 3,000 episodes of 28 dimensions whose distributions differ merge in ~0.3 s on a 2-core
+VM, their own merges included. Selections of other widths: dimension d merges over the selections
 that have it (weights renormalised over them), as the mixture's moments do.
 """
 
@@ -29,6 +32,9 @@ from pi_format.stats._merge import merge_quantiles
 # Masses are float64 sums of w_i · m / N_i: the goal is lowered by this much so that rounding in
 # the running sum never steps past a knot whose exact mass reaches it (far below any rank error).
 _SLACK = 1e-12
+# Candidates sorted whole up to this many; beyond, counted into _CELLS cells first.
+_DIRECT = 4096
+_CELLS = 4096
 
 
 def merge_weighted_quantiles(
@@ -84,8 +90,29 @@ def merge_weighted_quantiles(
                 values.append(knots[inside])
                 masses.append(share[i][inside] * weight)
             v, m = np.concatenate(values), np.concatenate(masses)
-            order = np.argsort(v if low else -v, kind="stable")
-            cum = np.cumsum(m[order])
-            at = int(np.searchsorted(cum, (q if low else 1.0 - q) - _SLACK, side="left"))
-            out[j, d] = float(v[order[min(at, len(order) - 1)]])
+            out[j, d] = _first_reaching(v if low else -v, m, (q if low else 1.0 - q) - _SLACK, v)
     return out
+
+
+def _first_reaching(keys: np.ndarray, mass: np.ndarray, goal: float, values: np.ndarray) -> float:
+    """values[i] of the smallest key whose cumulative mass (keys ascending, ties in the given
+    order) reaches `goal`, else of the largest key. Many keys are first counted into _CELLS
+    cells of equal width in value (a monotone function of the key: ties share a cell): only the
+    cell where the mass reaches the goal is sorted."""
+    base = 0.0
+    index = np.arange(len(keys))
+    lo, hi = float(keys.min()), float(keys.max())
+    if len(keys) > _DIRECT and hi > lo:
+        scaled = (keys.astype(np.float64) - lo) * (_CELLS / (hi - lo))
+        cell = np.minimum(scaled.astype(np.int64), _CELLS - 1)
+        cum = np.cumsum(np.bincount(cell, weights=mass, minlength=_CELLS))
+        c = min(int(np.searchsorted(cum, goal, side="left")), _CELLS - 1)
+        while not (cell == c).any():  # unreached goal: the last cell that holds keys
+            c -= 1
+        base = float(cum[c - 1]) if c else 0.0
+        index = np.flatnonzero(cell == c)
+        keys, mass = keys[index], mass[index]
+    order = np.argsort(keys, kind="stable")
+    cum = base + np.cumsum(mass[order])
+    at = min(int(np.searchsorted(cum, goal, side="left")), len(order) - 1)
+    return float(values[index[order[at]]])
