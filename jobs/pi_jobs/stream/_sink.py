@@ -59,6 +59,8 @@ log = logging.getLogger("pi_jobs.stream")
 # Fault injection (tests only): the worker exits at this LakeWriter stage ("rows_written",
 # "committed"), once per marker file, optionally only in one subtask. A real process death.
 CRASH_AT_ENV = "PILAKE_FAULT_CRASH_AT"
+# Timers due at a restore fire at once, but a loaded worker may run them a little late.
+RECOVERY_SLACK_MS = 30_000
 CRASH_MARKER_ENV = "PILAKE_FAULT_CRASH_MARKER"
 CRASH_SUBTASK_ENV = "PILAKE_FAULT_CRASH_SUBTASK"
 
@@ -72,6 +74,7 @@ class _Pending:
     messages: list[SourceMessage] = field(default_factory=list)
     last_chunk_ms: int = 0  # processing time of the latest chunk (the incomplete timeout's start)
     positions: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) of messages
+    timer_ms: int = 0  # when its incomplete-timeout timer fires (deleted when it completes)
 
 
 class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
@@ -103,6 +106,16 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
         # Kafka positions of the messages held under the current key (see _held)
         self.held: Any = runtime_context.get_list_state(held_positions_descriptor())
         self.settled: set[str] = set()  # committed here; their held positions not yet cleared
+        # Until then a new episode's first message checks its key for positions held before a
+        # restore (a state read): by then every restored key's own timer has fired (each held
+        # episode has one due within the incomplete timeout or the group delay) and
+        # recovered it, so later episodes skip the read.
+        self.recover_on_message_until_ms = (
+            int(time.time() * 1000)
+            + self.settings.incomplete_timeout_ms
+            + self.settings.group_commit_delay_ms
+            + RECOVERY_SLACK_MS
+        )
         self.waiting: list[Waiting] = []
         self.waiting_since_ms = 0
         self.flushing = 0  # episodes in the group commit under way (for fault reports)
@@ -268,13 +281,19 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
             return
 
         pending = self.pending.get(msg.key)
-        if pending is None and not recovered and self._recover(msg.key, ctx, now_ms):
+        if (
+            pending is None
+            and not recovered
+            and now_ms < self.recover_on_message_until_ms
+            and self._recover(msg.key, ctx, now_ms)
+        ):
             pending = self.pending.get(msg.key)  # None when the recovered episode completed
         if pending is None:
             pending = _Pending(str(uuid.uuid4()), EpisodeAssembler(msg.key))
             self.pending[msg.key] = pending
             # One live timer per pending episode; on_timer re-arms it while chunks keep coming.
-            ctx.timer_service().register_processing_time_timer(now_ms + self.settings.incomplete_timeout_ms)
+            pending.timer_ms = now_ms + self.settings.incomplete_timeout_ms
+            ctx.timer_service().register_processing_time_timer(pending.timer_ms)
         position = (msg.partition, msg.offset)
         if position in pending.positions:  # already read back from Kafka by the recovery
             return
@@ -297,20 +316,31 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
             self.held.add(position)
         if pending.assembler.is_complete:
             del self.pending[msg.key]
+            # its group-commit timer takes over (each timer that fires costs a state read)
+            ctx.timer_service().delete_processing_time_timer(pending.timer_ms)
             self._complete(pending, manifest_at_ns=msg.received_at_ns, ctx=ctx, now_ms=now_ms)
 
     def _recover(self, key: str, ctx: Any, now_ms: int) -> bool:
-        """Assemble again what this key held when the worker was lost (see _held); False when
-        it holds nothing to recover. Positions of an episode committed since are cleared."""
-        if key in self.pending or any(w.rows.episode_id == key for w in self.waiting):
+        """Assemble again what this key held when the worker was lost (see _held), into its
+        pending episode if one has started since; False when nothing is missing from memory.
+        Positions of an episode committed since are cleared."""
+        if any(w.rows.episode_id == key for w in self.waiting):
             return False
-        positions = [(int(p), int(o)) for p, o in (self.held.get() or ())]
-        if not positions:
-            self.settled.discard(key)
-            return False
-        if key in self.settled or self.writer.committed_attempt(key) is not None:
+        pending = self.pending.get(key)
+        if key in self.settled and pending is None:  # committed here: obsolete (no state read)
             self.settled.discard(key)
             self.held.clear()
+            return False
+        have = pending.positions if pending is not None else set()
+        positions = [(int(p), int(o)) for p, o in (self.held.get() or ())]
+        positions = [p for p in positions if p not in have]
+        if not positions:
+            return False
+        if self.writer.committed_attempt(key) is not None:  # committed before a restore
+            self.held.clear()
+            if pending is not None:  # a re-send under way: its own positions stay held
+                for position in sorted(pending.positions):
+                    self.held.add(position)
             return False
         found = refetch(
             bootstrap_servers=self.settings.bootstrap_servers,
@@ -358,8 +388,14 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
                 self._maybe_flush(int(timestamp))
                 self._write_progress()
             return iter(())
+        # a restored key whose messages resumed before its timer: complete it with what it held
+        if self._recover(key, ctx, int(timestamp)) and key not in self.pending:
+            self._maybe_flush(int(timestamp))
+            self._write_progress()
+            return iter(())
         deadline_ms = pending.last_chunk_ms + self.settings.incomplete_timeout_ms
         if timestamp < deadline_ms:  # a chunk arrived since this timer was set
+            pending.timer_ms = deadline_ms
             ctx.timer_service().register_processing_time_timer(deadline_ms)
             return iter(())
         del self.pending[key]

@@ -27,7 +27,7 @@ Example:
 """
 
 from pi_jobs.local.faults._concurrent_writers import concurrent_writers
-from pi_jobs.local.faults._crash_points import CRASH_POINTS, NO_RESEND_POINTS, crash_point
+from pi_jobs.local.faults._crash_points import CRASH_POINTS, crash_point
 from pi_jobs.local.faults._harness import FaultStack, StreamProcess
 from pi_jobs.local.faults._messages import KCAT_GARBAGE
 from pi_jobs.local.faults._result import FaultResult
@@ -42,7 +42,6 @@ from pi_jobs.local.faults._scenarios import (
 __all__ = [
     "CRASH_POINTS",
     "KCAT_GARBAGE",
-    "NO_RESEND_POINTS",
     "SCENARIOS",
     "FaultResult",
     "FaultStack",
