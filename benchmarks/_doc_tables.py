@@ -324,27 +324,39 @@ def norm_stats(b: Path) -> str:
     )
 
 
+def _figure(node: Any) -> str:
+    """A figure of the lifecycle tables: a spread as "median (min–max)", thousands as whole
+    numbers; an exact number as `_short`."""
+    if isinstance(node, dict):
+        median = node.get("median", node.get("legacy"))
+        return text_of(node, "{:,.0f}" if median is not None and abs(median) >= 1000 else "{:.3g}")
+    return _short(node)
+
+
 def compaction(b: Path) -> str:
     doc = json.loads((b / "compaction.json").read_text())
     rows = [
         [
             c["metric"],
-            _short(c["before"]),
-            _short(c["after"]),
-            _num(c["after_over_before"], "{:.3f}"),
+            _figure(c["before"]),
+            _figure(c["after"]),
+            text_of(c["after_over_before"], "{:.3f}"),
         ]
         for c in doc["comparison"]
     ]
     m, cfg = doc["maintenance"], doc["config"]
     same = doc["samples_identical"]
+    load = doc["machine"]
     return (
-        f"`baselines/compaction.json` ({cfg['episodes']:,} episodes in groups of {cfg['group']}; "
-        f"one run of each state, warm legs the median of {cfg['warm_repeats']}; before and after are not "
-        f"interleaved repeats, so the timed rows have no ratio):\n\n"
+        f"`baselines/compaction.json` ({cfg['episodes']:,} episodes in groups of {cfg['group']}, the "
+        f"lake and its compacted copy side by side; timed rows: median (min–max) of {cfg['repeats']} "
+        "repeats, the two states interleaved, and after / before the median (min–max) of the "
+        "per-repeat ratios; counts and sizes exact; shared 2-core machine, load average "
+        f"{load['load_average_start'][0]:g} at the start, {load['load_average_end'][0]:g} at the end):\n\n"
         + markdown(["", "before", "after", "after / before"], rows)
         + f"\n\nCompaction {m['compact_s']} s, GC {m['gc_s']} s, "
         f"peak RSS {m['peak_rss_mb']['after_compact']:.0f} MB; "
-        f"samples identical {same['identical']}/{same['checked']}."
+        f"samples identical {same['identical']}/{same['checked']}; whole run {doc['wall_s'] / 60:.0f} min."
     )
 
 
@@ -352,21 +364,30 @@ def backfill_raw(b: Path) -> str:
     doc = json.loads((b / "backfill_raw.json").read_text())
     rows = [
         [
-            f"{r['raw_files']:,}",
-            f"{r['whole_table_ms_per_episode']:.1f}",
-            f"{r['planned_files_ms_per_episode']:.2f}",
-            f"{r['plan_s_for_the_sample']:.2f} ({r['sampled_episodes']} episodes)",
+            f"{r['raw_files']:,} ({r['raw_mb']:,.0f} MB)",
+            text_of(r["whole_table_ms_per_episode"], "{:,.1f}"),
+            text_of(r["planned_files_ms_per_episode"], "{:.2f}"),
+            text_of(r["whole_over_planned"], "{:.0f}"),
+            text_of(r["plan_s_for_the_sample"], "{:.2f}") + f" ({r['sampled_episodes']} episodes)",
         ]
         for r in doc["results"]
     ]
-    return "`baselines/backfill_raw.json` (one run per size; warm page cache):\n\n" + markdown(
-        [
-            "raw files",
-            "filter the whole table, ms/episode",
-            "read the planned files, ms/episode",
-            "the plan, s",
-        ],
-        rows,
+    cfg, load = doc["config"], doc["machine"]
+    return (
+        f"`baselines/backfill_raw.json` (median (min–max) of {cfg['repeats']} repeats per size, the "
+        "two legs interleaved; whole / planned is the median (min–max) of the per-repeat ratios; "
+        "warm page cache; shared 2-core machine, load average "
+        f"{load['load_average'][0]:g} at the start, {load['load_average_end'][0]:g} at the end):\n\n"
+        + markdown(
+            [
+                "raw files",
+                "filter the whole table, ms/episode",
+                "read the planned files, ms/episode",
+                "whole / planned",
+                "the plan, s",
+            ],
+            rows,
+        )
     )
 
 
