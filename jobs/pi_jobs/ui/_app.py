@@ -143,7 +143,7 @@ class _Pages:
         cache = self.config.cache_dir
         path = cached_mp4(cache, episode_id, attempt, camera, None)
         if not path.exists():
-            chunks = _reads.video_rows(self.layout, episode_id, attempt, camera)
+            chunks = _reads.video_rows(self.layout, episode_id, attempt, camera, row)
             path = cached_mp4(cache, episode_id, attempt, camera, chunks)
         from starlette.responses import FileResponse
 

@@ -6,8 +6,10 @@ Quarantine and Pins pages read in `_ops`).
 
 from __future__ import annotations
 
+import math
+import threading
 import time
-from collections import Counter
+from collections import Counter, OrderedDict
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,6 +17,7 @@ from typing import Any
 
 import pyarrow as pa
 import pyarrow.compute as pc
+import pyarrow.parquet as pq
 from pi_format import LakeLayout
 from pi_format.lake import AnnotationStore, latest_commits, read_deleted_ids
 
@@ -171,6 +174,118 @@ def episode_rows(layout: LakeLayout, episode_id: str) -> tuple[dict[str, Any], p
     return visible.to_pylist()[0], rows
 
 
+# Parsed Parquet footers of the last data files read by locator. A compacted file of thousands
+# of episodes has tens of thousands of row groups (one video chunk each, SPEC.md §7.8): parsing
+# its footer costs ~0.2 s, more than reading an episode's rows. Delta data files never change
+# once written, so a footer is reused as long as its path is read (a rewrite makes new paths).
+_FOOTERS: OrderedDict[str, pq.FileMetaData] = OrderedDict()
+_FOOTERS_KEPT = 64
+_FOOTERS_LOCK = threading.Lock()
+
+
+def parquet_file(table_uri: str, path: str) -> pq.ParquetFile:
+    """Data file `path` (relative, as the Delta log names it) of the table at `table_uri`, its
+    footer parsed once (`_FOOTERS`)."""
+    from pi_format.lake import table_filesystem
+
+    fs, base = table_filesystem(table_uri)
+    where = f"{base}/{path}"
+    with _FOOTERS_LOCK:
+        footer = _FOOTERS.get(where)
+        if footer is not None:
+            _FOOTERS.move_to_end(where)
+    parquet = pq.ParquetFile(fs.open_input_file(where), metadata=footer)
+    if footer is None:
+        with _FOOTERS_LOCK:
+            _FOOTERS[where] = parquet.metadata
+            while len(_FOOTERS) > _FOOTERS_KEPT:
+                _FOOTERS.popitem(last=False)
+    return parquet
+
+
+def _mine(rows: pa.Table, row: dict[str, Any]) -> pa.Table:
+    """The rows of `row`'s attempt among `rows` (a locator names a row group; the ids checked)."""
+    keep = pc.and_(
+        pc.equal(rows.column("episode_id"), row["episode_id"]),
+        pc.equal(rows.column("attempt_id"), row["attempt_id"]),
+    )
+    return rows.filter(keep)
+
+
+def _located_steps(layout: LakeLayout, row: dict[str, Any]) -> pa.Table | None:
+    """The steps of the marker `row` read from the row groups its locator names (SPEC.md §7.8:
+    no scan of the steps table, whose file stats cannot narrow a compacted file of thousands of
+    episodes); None for a row written before locators."""
+    path, first, count = row.get("steps_file"), row.get("steps_row_group"), int(row["step_count"] or 0)
+    if not path or first is None or first < 0:
+        return None
+    columns = ["episode_id", "attempt_id", "step_index", "timestamp_ns", "proprio", "action"]
+    if count == 0:
+        return pa.table({"step_index": pa.array([], pa.int64()), "timestamp_ns": pa.array([], pa.int64())})
+    parquet = parquet_file(layout.steps, path)
+    group_rows = max(parquet.metadata.row_group(first).num_rows, 1)
+    groups = list(range(first, min(first + math.ceil(count / group_rows), parquet.metadata.num_row_groups)))
+    return _mine(parquet.read_row_groups(groups, columns=columns), row)
+
+
+def _located_video(
+    layout: LakeLayout, row: dict[str, Any], camera: str, columns: list[str], *, first_only: bool = False
+) -> pa.Table | None:
+    """The video rows of one camera of the marker `row`, from its locator (chunk c of a camera
+    is the row group of its chunk 0 plus c, one row per row group): chunk 0 only, or every
+    chunk up to the first row group of another camera or episode; None for a row written
+    before locators."""
+    path, starts = row.get("video_file"), row.get("video_row_groups")
+    cameras = list(row["cameras"])
+    if not path or not starts or camera not in cameras or len(starts) != len(cameras):
+        return None
+    parquet = parquet_file(layout.video, path)
+    meta = parquet.metadata
+    start = int(starts[cameras.index(camera)])
+    groups = [start]
+    if not first_only:
+        ids = ["episode_id", "attempt_id", "camera"]
+        want = (row["episode_id"], row["attempt_id"], camera)
+        at = [meta.schema.names.index(c) for c in ids]
+        end = start + 1
+        while end < meta.num_row_groups:
+            group = meta.row_group(end)
+            stats = [group.column(i).statistics for i in at]
+            if all(s is not None and s.has_min_max for s in stats):
+                same = all(s.min == s.max == w for s, w in zip(stats, want, strict=True))
+            else:  # no statistics: read the ids of that one row group
+                ids_of = parquet.read_row_group(end, columns=ids).to_pylist()
+                same = bool(ids_of) and all(tuple(r[c] for c in ids) == want for r in ids_of)
+            if not same:
+                break
+            end += 1
+        groups = list(range(start, end))
+    need = [
+        "episode_id",
+        "attempt_id",
+        "camera",
+        *(c for c in columns if c not in ("episode_id", "attempt_id", "camera")),
+    ]
+    rows = _mine(parquet.read_row_groups(groups, columns=need), row)
+    return rows.filter(pc.equal(rows.column("camera"), camera))
+
+
+def _first_frames(layout: LakeLayout, episode_id: str, attempt: str) -> dict[str, int]:
+    """Per camera, its first frame's timestamp, scanning the video table (rows without locators)."""
+    first_frames = delta_table(
+        layout.video,
+        columns=["camera", "frame_timestamps_ns"],  # not the frames: a few bytes per camera
+        filters=[("episode_id", "=", episode_id), ("attempt_id", "=", attempt), ("chunk_index", "=", 0)],
+    )
+    if first_frames is None:
+        return {}
+    return {
+        str(r["camera"]): int(r["frame_timestamps_ns"][0])
+        for r in first_frames.to_pylist()
+        if r["frame_timestamps_ns"]
+    }
+
+
 def read_episode(layout: LakeLayout, episode_id: str) -> Episode:
     """The visible attempt of `episode_id` and its steps (NotFound when it is not visible)."""
     row, rows = episode_rows(layout, episode_id)
@@ -184,31 +299,29 @@ def read_episode(layout: LakeLayout, episode_id: str) -> Episode:
         }
         for r in sorted(rows.to_pylist(), key=lambda r: r["committed_at_ns"])
     )
-    steps = delta_table(
-        layout.steps,
-        columns=["step_index", "timestamp_ns", "proprio", "action"],
-        filters=[("episode_id", "=", episode_id), ("attempt_id", "=", attempt)],
-    )
+    steps = _located_steps(layout, row)
+    if steps is None:  # a row written before locators: scan the table for the episode's rows
+        steps = delta_table(
+            layout.steps,
+            columns=["step_index", "timestamp_ns", "proprio", "action"],
+            filters=[("episode_id", "=", episode_id), ("attempt_id", "=", attempt)],
+        )
     if steps is None:  # a lake without a steps table yet
         steps = pa.table({"timestamp_ns": pa.array([], pa.int64())})
     elif steps.num_rows:
         steps = steps.sort_by("step_index")
     stamps = steps.column("timestamp_ns").to_pylist()
     origin = stamps[0] if stamps else 0
-    first_frames = delta_table(
-        layout.video,
-        columns=["camera", "frame_timestamps_ns"],  # not the frames: a few bytes per camera
-        filters=[("episode_id", "=", episode_id), ("attempt_id", "=", attempt), ("chunk_index", "=", 0)],
-    )
-    first = (
-        {}
-        if first_frames is None
-        else {
-            str(r["camera"]): int(r["frame_timestamps_ns"][0])
-            for r in first_frames.to_pylist()
-            if r["frame_timestamps_ns"]
-        }
-    )
+    first: dict[str, int] = {}
+    for camera in row["cameras"]:
+        # chunk 0 of each camera (its locator's row group), not the frames: a few bytes
+        chunk = _located_video(layout, row, camera, ["frame_timestamps_ns"], first_only=True)
+        if chunk is None:  # a row written before locators
+            first = _first_frames(layout, episode_id, attempt)
+            break
+        stamps0 = chunk.column("frame_timestamps_ns").to_pylist()
+        if stamps0 and stamps0[0]:
+            first[str(camera)] = int(stamps0[0][0])
     return Episode(
         episode_id=episode_id,
         attempt_id=attempt,
@@ -251,13 +364,24 @@ def trace_lines(layout: LakeLayout, catalog: Any, episode_id: str, log_dirs: tup
     return [e.line() for e in trace_episode(episode_id, layout=layout, catalog=catalog, log_dirs=log_dirs)]
 
 
-def video_rows(layout: LakeLayout, episode_id: str, attempt_id: str, camera: str) -> pa.Table:
-    """The video chunks of one camera of one attempt, in chunk order."""
-    rows = delta_table(
-        layout.video,
-        columns=["chunk_index", "frame_timestamps_ns", "codec", "data"],
-        filters=[("episode_id", "=", episode_id), ("attempt_id", "=", attempt_id), ("camera", "=", camera)],
-    )
+def video_rows(
+    layout: LakeLayout, episode_id: str, attempt_id: str, camera: str, row: dict[str, Any] | None = None
+) -> pa.Table:
+    """The video chunks of one camera of one attempt, in chunk order: from the row groups the
+    marker `row`'s locator names when given (the visible attempt's), else by a scan."""
+    rows = None
+    if row is not None and row["attempt_id"] == attempt_id:
+        rows = _located_video(layout, row, camera, ["chunk_index", "frame_timestamps_ns", "codec", "data"])
+    if rows is None:
+        rows = delta_table(
+            layout.video,
+            columns=["chunk_index", "frame_timestamps_ns", "codec", "data"],
+            filters=[
+                ("episode_id", "=", episode_id),
+                ("attempt_id", "=", attempt_id),
+                ("camera", "=", camera),
+            ],
+        )
     if rows is None or rows.num_rows == 0:
         raise NotFound(f"episode {episode_id!r} has no video rows for camera {camera!r}")
     return rows.sort_by("chunk_index")

@@ -85,7 +85,7 @@ def write_rerun(layout: LakeLayout, episode_id: str, out: Path) -> RerunSummary:
     frames: dict[str, int] = {}
     with tempfile.TemporaryDirectory(prefix="pilake-rerun-") as tmp:
         for camera in episode.cameras:
-            chunks = _reads.video_rows(layout, episode_id, episode.attempt_id, camera)
+            chunks = _reads.video_rows(layout, episode_id, episode.attempt_id, camera, episode.row)
             mp4 = Path(tmp) / f"{len(frames)}.mp4"
             count = remux_mp4(chunks, mp4)
             entity = f"cameras/{camera}"
