@@ -167,8 +167,20 @@ class PinRow:
     first_episodes: tuple[str, ...]
 
 
-# A string json.dumps writes as itself between quotes (ensure_ascii, no escapes).
-_PLAIN_TEXT = r"^[ !#-\[\]-~]*$"
+def _plain(strings: pa.Array) -> bool:
+    """Whether every value of a string array is one json.dumps writes as itself between quotes
+    (ensure_ascii, no escapes): bytes 0x20-0x7e but `"` and `\\`; checked on the data buffer."""
+    import numpy as np
+
+    strings = strings.cast(pa.string())
+    if len(strings) == 0:
+        return True
+    _, offsets, data = strings.buffers()
+    bounds = np.frombuffer(offsets, np.int32, len(strings) + 1, strings.offset * 4)
+    if data is None:  # only empty strings
+        return True
+    text = np.frombuffer(data, np.uint8)[int(bounds[0]) : int(bounds[-1])]
+    return bool(((text >= 0x20) & (text <= 0x7E) & (text != 0x22) & (text != 0x5C)).all())
 
 
 def _json_text(values: pa.Array) -> pa.Array | None:
@@ -181,7 +193,7 @@ def _json_text(values: pa.Array) -> pa.Array | None:
     if values.null_count:
         return None
     if pa.types.is_string(kind) or pa.types.is_large_string(kind):
-        if not pc.all(pc.match_substring_regex(values, _PLAIN_TEXT)).as_py():
+        if not _plain(values):
             return None
         return pc.binary_join_element_wise('"', values, '"', "")
     if pa.types.is_integer(kind):
@@ -190,7 +202,7 @@ def _json_text(values: pa.Array) -> pa.Array | None:
         return pc.if_else(values, "true", "false")
     if pa.types.is_list(kind) and pa.types.is_string(kind.value_type):
         items = pc.list_flatten(values)
-        if items.null_count or not pc.all(pc.match_substring_regex(items, _PLAIN_TEXT)).as_py():
+        if items.null_count or not _plain(items):
             return None
         joined = pc.binary_join(values, '","')
         empty = pc.equal(pc.list_value_length(values), 0)
@@ -240,33 +252,102 @@ def _interleave(texts: list[pa.Array], separator: str) -> list[Any]:
     return out
 
 
-def _pins_named(layout: LakeLayout, summaries: list[Any]) -> list[Any]:
+@dataclass(frozen=True, slots=True)
+class PagePin:
+    """A pin as the page reads it: its ids stay Arrow arrays (a lake's pins name hundreds of
+    thousands of episodes; `Pin.from_row` makes Python tuples of them and sorts them to check)."""
+
+    name: str
+    sql: str | None
+    content_hash: str
+    created_at_ns: int
+    table_versions: dict[str, int]
+    episode_ids: pa.Array
+    attempt_ids: pa.Array
+
+
+@dataclass(frozen=True, slots=True)
+class PinCheck:
+    """`pi_jobs.maintenance.datasets.DatasetCheck`'s figures for one PagePin."""
+
+    pin: PagePin
+    rows_present: int
+    content_hash_now: str | None  # None when rows are missing
+
+    @property
+    def intact(self) -> bool:
+        return (
+            self.rows_present == len(self.pin.episode_ids) and self.content_hash_now == self.pin.content_hash
+        )
+
+
+def _pins_named(layout: LakeLayout, summaries: list[Any]) -> list[PagePin]:
     """The pins of `summaries` (PinSummary: each names its file), read from those files only:
     `PinStore.get` per pin reads one column of every pin's file (a page of 50 pins, 2,500 reads)."""
+    import json
+
+    import pyarrow.compute as pc
     import pyarrow.parquet as pq
-    from pi_format.lake import Pin, table_filesystem
+    from pi_format.lake import table_filesystem
 
     fs, base = table_filesystem(layout.pins)
     out = []
     for summary in summaries:
         table = pq.read_table(f"{base}/{summary.path}", filesystem=fs)
-        rows = [r for r in table.to_pylist() if r["name"] == summary.name]
-        if not rows:
+        table = table.filter(pc.equal(table.column("name"), summary.name))
+        if table.num_rows == 0:
             raise LookupError(f"pin {summary.name!r} is not in its file {summary.path}")
-        out.append(Pin.from_row(rows[0]))
+        row = table.slice(0, 1)
+        scalar = {c: row.column(c)[0] for c in ("sql", "content_hash", "created_at_ns", "table_versions")}
+        out.append(
+            PagePin(
+                name=summary.name,
+                sql=scalar["sql"].as_py(),
+                content_hash=str(scalar["content_hash"].as_py()),
+                created_at_ns=int(scalar["created_at_ns"].as_py()),
+                table_versions={
+                    str(k): int(v) for k, v in json.loads(scalar["table_versions"].as_py()).items()
+                },
+                episode_ids=row.column("episode_ids")[0].values,
+                attempt_ids=row.column("attempt_ids")[0].values,
+            )
+        )
     return out
 
 
-def check_pins(layout: LakeLayout, names: list[str]) -> list[Any]:
-    """`pi_jobs.maintenance.datasets.check_dataset` of each pin in `names`, with the episodes
-    table's rows read once for all of them (check_dataset reads them per pin) and the content
-    hash built by Arrow (`fast_content_hash`): the same functions on the same rows
-    (`pinned_rows`, the content hash's bytes), tested equal to it."""
+_KEY_SEP = "\x1f"  # pi_format.lake.visibility's: ids are names, they hold no control character
+
+
+def _pinned(rows: pa.Table, keys: Any, pin: PagePin) -> pa.Table:
+    """`pi_format.lake.pinned_rows(rows, pin.episode_ids, pin.attempt_ids)`, on Arrow arrays and
+    with the rows' keys (`episode_id` + sep + `attempt_id`) made once for every pin."""
+    import numpy as np
+    import pyarrow.compute as pc
+
+    if rows.num_rows == 0 or len(pin.episode_ids) == 0:
+        return rows.slice(0, 0)
+    wanted = pc.binary_join_element_wise(pin.episode_ids, pin.attempt_ids, _KEY_SEP)
+    mask = pc.is_in(keys, value_set=wanted)
+    found, found_keys = rows.filter(mask), pc.filter(keys, mask)
+    if len(pc.unique(found_keys)) == found.num_rows:
+        return found
+    # a pair twice (a file being compacted read in both layouts) counts once
+    order = pc.sort_indices(found_keys)
+    ordered = pc.take(found_keys, order).to_numpy(zero_copy_only=False)
+    first = np.concatenate([[True], ordered[1:] != ordered[:-1]])
+    return found.take(pc.filter(order, pa.array(first)))
+
+
+def check_pins(layout: LakeLayout, names: list[str]) -> list[PinCheck]:
+    """`pi_jobs.maintenance.datasets.check_dataset`'s rows present and content hash of each pin
+    in `names`, with the episodes table's rows read once for all of them (check_dataset reads
+    them per pin), the pinned rows found and hashed by Arrow (`_pinned`, `fast_content_hash`):
+    the same rows and the same digest, tested equal to it."""
+    import pyarrow.compute as pc
     from deltalake import DeltaTable
-    from pi_format.lake import pinned_rows
     from pi_format.lake.pins import HASH_COLUMNS
 
-    from pi_jobs.maintenance.datasets import DatasetCheck, get_dataset
+    from pi_jobs.maintenance.datasets import get_dataset
 
     if not names:
         return []
@@ -275,12 +356,13 @@ def check_pins(layout: LakeLayout, names: list[str]) -> list[Any]:
     if missing:
         get_dataset(layout, missing[0])  # raises DatasetError naming the pins there are
     rows = DeltaTable(layout.episodes).to_pyarrow_table(columns=list(HASH_COLUMNS))
+    keys = pc.binary_join_element_wise(rows.column("episode_id"), rows.column("attempt_id"), _KEY_SEP)
     out = []
     for pin in _pins_named(layout, [by_name[n] for n in names]):
-        found = pinned_rows(rows, pin.episode_ids, pin.attempt_ids)
+        found = _pinned(rows, keys, pin)
         present = found.num_rows
         out.append(
-            DatasetCheck(pin, present, fast_content_hash(found) if present == len(pin.episode_ids) else None)
+            PinCheck(pin, present, fast_content_hash(found) if present == len(pin.episode_ids) else None)
         )
     return out
 
@@ -299,10 +381,10 @@ def pins_page(layout: LakeLayout, *, page: int, page_size: int) -> tuple[list[Pi
                 episodes=len(pin.episode_ids),
                 content_hash=pin.content_hash,
                 created_at=iso(pin.created_at_ns),
-                table_versions=", ".join(f"{k} v{v}" for k, v in sorted(dict(pin.table_versions).items())),
+                table_versions=", ".join(f"{k} v{v}" for k, v in sorted(pin.table_versions.items())),
                 rows_present=check.rows_present,
                 intact=check.intact,
-                first_episodes=tuple(pin.episode_ids[:5]),
+                first_episodes=tuple(pin.episode_ids.slice(0, 5).to_pylist()),
             )
         )
     return out, len(summaries)

@@ -165,8 +165,19 @@ def _series(steps: pa.Table, column: str) -> tuple[tuple[float, ...], ...]:
 def episode_rows(layout: LakeLayout, episode_id: str) -> tuple[dict[str, Any], pa.Table]:
     """The visible episodes row of `episode_id` (the lake's rule: `latest_commits`, deleted
     episodes out) and every attempt's row; NotFound when it is not visible."""
-    rows = delta_table(layout.episodes, filters=[("episode_id", "=", episode_id)])
-    if rows is None or rows.num_rows == 0:
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+    from pi_format.lake import NORM_STATS_COLUMNS
+
+    try:
+        table = DeltaTable(layout.episodes)
+    except TableNotFoundError:
+        raise NotFound(f"episode {episode_id!r} is not in the lake at {layout.root}") from None
+    # not the mergeable statistics (two ~2 kB sketches a row): the page does not show them, and
+    # a compacted episodes file holds ~2,000 rows in one row group (0.55 -> 0.15 s at 100,000)
+    columns = [f.name for f in table.schema().fields if f.name not in NORM_STATS_COLUMNS]
+    rows = table.to_pyarrow_table(columns=columns, filters=[("episode_id", "=", episode_id)])
+    if rows.num_rows == 0:
         raise NotFound(f"episode {episode_id!r} is not in the lake at {layout.root}")
     visible = latest_commits(rows, read_deleted_ids(layout))
     if visible.num_rows == 0:
