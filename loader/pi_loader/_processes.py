@@ -33,7 +33,10 @@ FORKSERVER = "forkserver"
 WARM_ENV = "PILAKE_LOADER_WARM_FORKSERVER"
 
 _lock = threading.Lock()
+_tempdir_lock = threading.Lock()
 _configured = False
+# sun_path of struct sockaddr_un on Linux (108 bytes with the terminating NUL)
+_AF_UNIX_PATH_MAX = 107
 
 
 def default_start_method() -> str:
@@ -71,12 +74,36 @@ def _drop_stale_forkserver() -> None:
         return
 
 
+def _short_socket_dir() -> None:
+    """Put multiprocessing's temp dir (where the forkserver's socket lives) under /tmp when the
+    user's temp dir is too long for a Unix socket path (107 bytes on Linux): with $TMPDIR on a
+    deep path (an HPC job's scratch dir, a test runner's tmp) the forkserver failed to start
+    with "AF_UNIX path too long". Python 3.11 has no fallback of its own."""
+    import tempfile
+    from multiprocessing import process, util
+
+    config: Any = getattr(process.current_process(), "_config")  # noqa: B009 - private on purpose
+    if config.get("tempdir") is not None:
+        return
+    # <tempdir>/pymp-XXXXXXXX/listener-XXXXXXXX: 33 bytes more than the temp dir itself
+    if len(os.fsencode(tempfile.gettempdir())) + 33 < _AF_UNIX_PATH_MAX or not os.access("/tmp", os.W_OK):
+        return
+    with _tempdir_lock:
+        saved = tempfile.tempdir
+        tempfile.tempdir = "/tmp"
+        try:
+            util.get_temp_dir()  # made now, under /tmp, and removed at exit as usual
+        finally:
+            tempfile.tempdir = saved
+
+
 def context(method: str) -> multiprocessing.context.BaseContext:
     """The multiprocessing context for `method`; a forkserver one preloads `PRELOAD`."""
     global _configured
     ctx = multiprocessing.get_context(method)
     if method == FORKSERVER:
         _drop_stale_forkserver()
+        _short_socket_dir()
         with _lock:
             if not _configured:
                 # Only effective before the server starts; the list replaces '__main__', so
