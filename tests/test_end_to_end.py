@@ -97,8 +97,10 @@ def test_catalog_indexes_every_episode(landed) -> None:
         "SELECT episode_id, step_count FROM episodes ORDER BY episode_id"
     )
     expected = sorted((s.episode.episode_id, s.episode.step_count) for s in episodes)
-    assert list(zip(rows.column("episode_id").to_pylist(), rows.column("step_count").to_pylist(),
-                    strict=True)) == expected
+    assert (
+        list(zip(rows.column("episode_id").to_pylist(), rows.column("step_count").to_pylist(), strict=True))
+        == expected
+    )
 
 
 def test_loader_returns_the_original_data(landed) -> None:
@@ -132,8 +134,9 @@ def test_loader_returns_the_original_data(landed) -> None:
                 ts = original.timestamps_ns[step]
                 frame_ts = original.camera(camera).frame_timestamps_ns
                 frame_index = max(int(np.searchsorted(frame_ts, ts, side="right")) - 1, 0)
-                reference = _resized(by_id[episode_id].frames[camera][frame_index], frame.shape[1],
-                                     frame.shape[0])
+                reference = _resized(
+                    by_id[episode_id].frames[camera][frame_index], frame.shape[1], frame.shape[0]
+                )
                 psnrs.append(_psnr(frame, reference))
     assert len(seen) == len(dataset)
     assert min(psnrs) >= PSNR_MIN_DB, f"worst PSNR {min(psnrs):.1f} dB, mean {np.mean(psnrs):.1f}"

@@ -87,4 +87,3 @@ def run_leg(command: list[str], *, timeout_s: float, env: dict[str, str]) -> dic
             result["peak_memory_mb"] = round(peak / 2**20, 1)
             return result
     return {"error": f"exit {proc.returncode}: " + "\n".join(out.splitlines()[-15:])}
-

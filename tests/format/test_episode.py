@@ -15,15 +15,26 @@ from tests.strategies import episode_metas, episodes
 
 def _meta(**changes: object) -> EpisodeMeta:
     base: dict[str, object] = {
-        "episode_id": "r1-000001", "robot_id": "r1", "robot_type": "aloha", "task": "stack",
-        "start_time_ns": 0, "control_rate_hz": 50.0, "success": True, "tags": ("sim",),
+        "episode_id": "r1-000001",
+        "robot_id": "r1",
+        "robot_type": "aloha",
+        "task": "stack",
+        "start_time_ns": 0,
+        "control_rate_hz": 50.0,
+        "success": True,
+        "tags": ("sim",),
     }
     return EpisodeMeta(**{**base, **changes})  # type: ignore[arg-type]
 
 
 def _spec(**changes: object) -> CameraSpec:
     base: dict[str, object] = {
-        "name": "cam_high", "codec": "h264", "container": "mp4", "width": 64, "height": 48, "fps": 30.0,
+        "name": "cam_high",
+        "codec": "h264",
+        "container": "mp4",
+        "width": 64,
+        "height": 48,
+        "fps": 30.0,
     }
     return CameraSpec(**{**base, **changes})  # type: ignore[arg-type]
 

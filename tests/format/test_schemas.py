@@ -21,7 +21,14 @@ from pi_format import (
 
 def test_table_names() -> None:
     assert set(TABLE_SCHEMAS) == {
-        "raw", "episodes", "steps", "video", "quarantine", "quarantine_releases", "deletions", "pins",
+        "raw",
+        "episodes",
+        "steps",
+        "video",
+        "quarantine",
+        "quarantine_releases",
+        "deletions",
+        "pins",
         "annotations",
     }
     assert TABLE_SCHEMAS["episodes"] is EPISODES_SCHEMA
@@ -39,28 +46,82 @@ def test_every_table_carries_attempt_id(schema: pa.Schema) -> None:
 @pytest.mark.parametrize(
     ("schema", "columns"),
     [
-        (RAW_SCHEMA, {"chunk_index": pa.int32(), "kafka_topic": pa.string(), "kafka_partition": pa.int32(),
-                      "kafka_offset": pa.int64(), "received_at_ns": pa.int64(), "message": pa.binary()}),
-        (EPISODES_SCHEMA, {"robot_id": pa.string(), "robot_type": pa.string(), "task": pa.string(),
-                           "start_time_ns": pa.int64(), "control_rate_hz": pa.float64(),
-                           "success": pa.bool_(), "tags": pa.list_(pa.string()), "step_count": pa.int32(),
-                           "duration_s": pa.float64(), "proprio_dim": pa.int32(), "action_dim": pa.int32(),
-                           "cameras": pa.list_(pa.string()), "camera_fps": pa.list_(pa.float64()),
-                           "video_width": pa.int32(), "video_height": pa.int32(),
-                           "video_chunk_frames": pa.int32(), "proprio_mean": pa.list_(pa.float32()),
-                           "action_max": pa.list_(pa.float32()), "raw_size_bytes": pa.int64(),
-                           "received_at_ns": pa.int64(), "committed_at_ns": pa.int64()}),
-        (STEPS_SCHEMA, {"step_index": pa.int32(), "timestamp_ns": pa.int64(),
-                        "proprio": pa.list_(pa.float32()), "action": pa.list_(pa.float32()),
-                        "camera_frame_index": pa.list_(pa.int32())}),
-        (VIDEO_SCHEMA, {"camera": pa.string(), "chunk_index": pa.int32(), "first_frame": pa.int32(),
-                        "frame_count": pa.int32(), "frame_timestamps_ns": pa.list_(pa.int64()),
-                        "codec": pa.string(), "width": pa.int32(), "height": pa.int32(),
-                        "data": pa.binary(), "chunk_crc32": pa.int64()}),
-        (QUARANTINE_SCHEMA, {"quarantine_id": pa.string(), "reason": pa.string(), "details": pa.string(),
-                             "kafka_topic": pa.string(), "kafka_partition": pa.int32(),
-                             "kafka_offsets": pa.list_(pa.int64()), "raw_pointer": pa.string(),
-                             "size_bytes": pa.int64(), "quarantined_at_ns": pa.int64()}),
+        (
+            RAW_SCHEMA,
+            {
+                "chunk_index": pa.int32(),
+                "kafka_topic": pa.string(),
+                "kafka_partition": pa.int32(),
+                "kafka_offset": pa.int64(),
+                "received_at_ns": pa.int64(),
+                "message": pa.binary(),
+            },
+        ),
+        (
+            EPISODES_SCHEMA,
+            {
+                "robot_id": pa.string(),
+                "robot_type": pa.string(),
+                "task": pa.string(),
+                "start_time_ns": pa.int64(),
+                "control_rate_hz": pa.float64(),
+                "success": pa.bool_(),
+                "tags": pa.list_(pa.string()),
+                "step_count": pa.int32(),
+                "duration_s": pa.float64(),
+                "proprio_dim": pa.int32(),
+                "action_dim": pa.int32(),
+                "cameras": pa.list_(pa.string()),
+                "camera_fps": pa.list_(pa.float64()),
+                "video_width": pa.int32(),
+                "video_height": pa.int32(),
+                "video_chunk_frames": pa.int32(),
+                "proprio_mean": pa.list_(pa.float32()),
+                "action_max": pa.list_(pa.float32()),
+                "raw_size_bytes": pa.int64(),
+                "received_at_ns": pa.int64(),
+                "committed_at_ns": pa.int64(),
+            },
+        ),
+        (
+            STEPS_SCHEMA,
+            {
+                "step_index": pa.int32(),
+                "timestamp_ns": pa.int64(),
+                "proprio": pa.list_(pa.float32()),
+                "action": pa.list_(pa.float32()),
+                "camera_frame_index": pa.list_(pa.int32()),
+            },
+        ),
+        (
+            VIDEO_SCHEMA,
+            {
+                "camera": pa.string(),
+                "chunk_index": pa.int32(),
+                "first_frame": pa.int32(),
+                "frame_count": pa.int32(),
+                "frame_timestamps_ns": pa.list_(pa.int64()),
+                "codec": pa.string(),
+                "width": pa.int32(),
+                "height": pa.int32(),
+                "data": pa.binary(),
+                "chunk_crc32": pa.int64(),
+            },
+        ),
+        (
+            QUARANTINE_SCHEMA,
+            {
+                "quarantine_id": pa.string(),
+                "reason": pa.string(),
+                "details": pa.string(),
+                "kafka_topic": pa.string(),
+                "kafka_partition": pa.int32(),
+                "kafka_offsets": pa.list_(pa.int64()),
+                "raw_pointer": pa.string(),
+                "size_bytes": pa.int64(),
+                "quarantined_at_ns": pa.int64(),
+            },
+        ),
     ],
 )
 def test_columns_present(schema: pa.Schema, columns: dict[str, pa.DataType]) -> None:
@@ -69,9 +130,7 @@ def test_columns_present(schema: pa.Schema, columns: dict[str, pa.DataType]) -> 
 
 
 def test_nullable_columns_are_the_documented_ones() -> None:
-    nullable = {
-        name: sorted(f.name for f in schema if f.nullable) for name, schema in TABLE_SCHEMAS.items()
-    }
+    nullable = {name: sorted(f.name for f in schema if f.nullable) for name, schema in TABLE_SCHEMAS.items()}
     assert nullable == {
         "raw": ["chunk_index", "episode_id"],
         # the locator, the mergeable statistics (pi_format.stats) and the lineage (a backfill's)
@@ -98,10 +157,25 @@ def test_episode_stats_columns_cover_proprio_and_action() -> None:
 def test_quarantine_reason_values_are_stable() -> None:
     # Stored as text in the quarantine table: renaming a value breaks old rows.
     assert {r.value for r in QuarantineReason} == {
-        "bad_magic", "unsupported_version", "truncated", "oversize", "bad_header", "chunk_checksum",
-        "stream_checksum", "count_mismatch", "duplicate_conflict", "key_mismatch", "bad_metadata",
-        "bad_video", "bad_values", "bad_timestamps", "bad_rate", "unknown_robot_type", "out_of_range",
-        "incomplete_timeout", "corrupt",
+        "bad_magic",
+        "unsupported_version",
+        "truncated",
+        "oversize",
+        "bad_header",
+        "chunk_checksum",
+        "stream_checksum",
+        "count_mismatch",
+        "duplicate_conflict",
+        "key_mismatch",
+        "bad_metadata",
+        "bad_video",
+        "bad_values",
+        "bad_timestamps",
+        "bad_rate",
+        "unknown_robot_type",
+        "out_of_range",
+        "incomplete_timeout",
+        "corrupt",
     }
 
 

@@ -35,8 +35,14 @@ FAST = settings(max_examples=40, deadline=None, suppress_health_check=[HealthChe
 
 def _episode(eid: str = "r1-000001", steps: int = 5, video: bytes = b"\x00\x01video") -> Episode:
     meta = EpisodeMeta(
-        episode_id=eid, robot_id="r1", robot_type="aloha", task="stack", start_time_ns=7,
-        control_rate_hz=50.0, success=True, tags=("sim",),
+        episode_id=eid,
+        robot_id="r1",
+        robot_type="aloha",
+        task="stack",
+        start_time_ns=7,
+        control_rate_hz=50.0,
+        success=True,
+        tags=("sim",),
     )
     rng = np.random.default_rng(0)
     cam = CameraVideo(
@@ -84,8 +90,13 @@ def _encode_streams(
         "episode_id": eid,
         "chunk_count": count,
         "streams": [
-            {"name": n, "first_chunk": i, "chunk_count": 1, "size_bytes": len(d),
-             "sha256": hashlib.sha256(d).hexdigest()}
+            {
+                "name": n,
+                "first_chunk": i,
+                "chunk_count": 1,
+                "size_bytes": len(d),
+                "sha256": hashlib.sha256(d).hexdigest(),
+            }
             for i, (n, d) in enumerate(streams)
         ],
         **(manifest_extra or {}),
@@ -140,7 +151,10 @@ def test_largest_payload_stays_under_message_limit() -> None:
     big = bytes(range(256)) * 9000  # 2.3 MB of video: several full chunks
     ep = _episode(eid, video=big)
     ep = Episode(
-        ep.meta, ep.timestamps_ns, ep.proprio, ep.action,
+        ep.meta,
+        ep.timestamps_ns,
+        ep.proprio,
+        ep.action,
         (CameraVideo(CameraSpec(cam, "h264", "mp4", 64, 48, 30.0), ep.cameras[0].frame_timestamps_ns, big),),
     )
     limit = MAX_CHUNK_BYTES - HEADER_SIZE - 512
@@ -214,8 +228,15 @@ def test_unknown_version_is_unsupported(version: int) -> None:
     assert info.value.reason is R.UNSUPPORTED_VERSION
     # Also when the writer itself speaks another version: the CRC is right, the version is not.
     chunk = decode_chunk(message)
-    other = Chunk(chunk.episode_id, chunk.kind, chunk.chunk_index, chunk.chunk_count, chunk.stream,
-                  chunk.payload, version=version)
+    other = Chunk(
+        chunk.episode_id,
+        chunk.kind,
+        chunk.chunk_index,
+        chunk.chunk_count,
+        chunk.stream,
+        chunk.payload,
+        version=version,
+    )
     with pytest.raises(ProtocolError) as info:
         decode_chunk(encode_chunk(other))
     assert info.value.reason is R.UNSUPPORTED_VERSION
@@ -318,8 +339,14 @@ def test_chunk_count_disagreement() -> None:
 def test_payload_replaced_with_valid_crc_fails_stream_checksum() -> None:
     messages = encode_episode(_episode())
     chunk = decode_chunk(messages[2])
-    forged = Chunk(chunk.episode_id, chunk.kind, chunk.chunk_index, chunk.chunk_count, chunk.stream,
-                   bytes(len(chunk.payload)))
+    forged = Chunk(
+        chunk.episode_id,
+        chunk.kind,
+        chunk.chunk_index,
+        chunk.chunk_count,
+        chunk.stream,
+        bytes(len(chunk.payload)),
+    )
     messages[2] = encode_chunk(forged)
     assert _reason(messages, "r1-000001") is R.STREAM_CHECKSUM
 
@@ -337,8 +364,15 @@ def _streams(ep: Episode) -> list[tuple[str, bytes]]:
         ({"episode_id": "other"}, R.KEY_MISMATCH, "manifest names 'other'"),
         ({"chunk_count": 99}, R.COUNT_MISMATCH, "manifest says 99 chunks"),
         ({"streams": [{"name": "meta"}]}, R.BAD_METADATA, "unreadable manifest"),
-        ({"streams": [{"name": "meta", "first_chunk": "0", "chunk_count": 1, "size_bytes": 1,
-                       "sha256": ""}]}, R.BAD_METADATA, "bad stream entry"),
+        (
+            {
+                "streams": [
+                    {"name": "meta", "first_chunk": "0", "chunk_count": 1, "size_bytes": 1, "sha256": ""}
+                ]
+            },
+            R.BAD_METADATA,
+            "bad stream entry",
+        ),
         ({"streams": 5}, R.BAD_METADATA, "unreadable manifest"),
         ({"streams": []}, R.COUNT_MISMATCH, "manifest covers 0 data chunks"),
     ],
@@ -415,7 +449,7 @@ def test_peek_episode_id() -> None:
     # Payload damage does not hide the id: the quarantine row can still name the episode.
     assert peek_episode_id(_flip(message, len(message) * 8 - 1)) == "r1-000001"
     assert peek_episode_id(b"") is None
-    assert peek_episode_id(message[:HEADER_SIZE - 1]) is None
+    assert peek_episode_id(message[: HEADER_SIZE - 1]) is None
     assert peek_episode_id(b"XXXX" + message[4:]) is None
     assert peek_episode_id(message[: HEADER_SIZE + 3]) is None  # id cut short
     assert peek_episode_id(_with_header(message, id_len=0)) is None

@@ -88,8 +88,10 @@ def pinned_rows(episodes: pa.Table, episode_ids: Sequence[str], attempt_ids: Seq
     if rows.num_rows == 0:
         return rows
     # a pair twice (e.g. a file being compacted read in both layouts) counts once
-    order = pc.sort_indices(rows.select(["episode_id", "attempt_id"]), sort_keys=[
-        ("episode_id", "ascending"), ("attempt_id", "ascending")])
+    order = pc.sort_indices(
+        rows.select(["episode_id", "attempt_id"]),
+        sort_keys=[("episode_id", "ascending"), ("attempt_id", "ascending")],
+    )
     rows = rows.take(order)
     keys = _keys(rows)
     if isinstance(keys, pa.ChunkedArray):

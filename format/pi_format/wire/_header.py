@@ -39,6 +39,4 @@ class Chunk:
 
     @property
     def size_bytes(self) -> int:
-        return HEADER_SIZE + len(self.episode_id.encode()) + len(self.stream.encode()) + len(
-            self.payload
-        )
+        return HEADER_SIZE + len(self.episode_id.encode()) + len(self.stream.encode()) + len(self.payload)

@@ -157,6 +157,4 @@ def iter_encoded(episode: Episode, *, payload_bytes: int = DEFAULT_PAYLOAD_BYTES
         "streams": manifest_streams,
     }
     payload = json.dumps(manifest, sort_keys=True).encode()
-    yield encode_chunk(
-        Chunk(eid, ChunkKind.MANIFEST, chunk_count - 1, chunk_count, MANIFEST_STREAM, payload)
-    )
+    yield encode_chunk(Chunk(eid, ChunkKind.MANIFEST, chunk_count - 1, chunk_count, MANIFEST_STREAM, payload))

@@ -157,8 +157,10 @@ def _run_path(settings: Settings, config: DemoConfig, summary: DemoSummary) -> N
             result = uploader.run_until_confirmed(timeout_s=60.0)
             summary.quarantined = len(ids & set(result.quarantined))
             summary.committed = len(ids) - summary.quarantined - len(ids & set(result.pending))
-            print(f"    committed {summary.committed}, quarantined {summary.quarantined}, "
-                  f"pending {len(result.pending)}")
+            print(
+                f"    committed {summary.committed}, quarantined {summary.quarantined}, "
+                f"pending {len(result.pending)}"
+            )
             if result.pending:
                 raise RuntimeError(f"episodes not confirmed by the lake: {sorted(result.pending)}")
     _sql_summary(settings, summary)
@@ -178,14 +180,18 @@ def _sql_summary(settings: Settings, summary: DemoSummary) -> None:
             "FROM episodes WHERE startsWith(robot_id, {prefix:String}) "
             "GROUP BY robot_id ORDER BY robot_id"
         )
-        print(f"    pilake sql \"{query}\"")
+        print(f'    pilake sql "{query}"')
         table = catalog.query_arrow(query, {"prefix": f"sim{summary.seed}-"})
         print(format_table(table))
-        lat = catalog.query_arrow(
-            "SELECT (committed_at_ns - received_at_ns) / 1e9 AS s FROM episodes "
-            "WHERE startsWith(robot_id, {prefix:String})",
-            {"prefix": f"sim{summary.seed}-"},
-        ).column("s").to_pylist()
+        lat = (
+            catalog.query_arrow(
+                "SELECT (committed_at_ns - received_at_ns) / 1e9 AS s FROM episodes "
+                "WHERE startsWith(robot_id, {prefix:String})",
+                {"prefix": f"sim{summary.seed}-"},
+            )
+            .column("s")
+            .to_pylist()
+        )
         if lat:
             lat.sort()
             summary.lake_latency_s = {

@@ -305,6 +305,4 @@ def featurize(
         "received_at_ns": received_at_ns,
         "committed_at_ns": committed_at_ns,
     }
-    return EpisodeRows(
-        episode=pa.Table.from_pylist([row], schema=EPISODES_SCHEMA), steps=steps, video=video
-    )
+    return EpisodeRows(episode=pa.Table.from_pylist([row], schema=EPISODES_SCHEMA), steps=steps, video=video)

@@ -170,9 +170,7 @@ class WorkerPool:
             proc.start()
             self._workers.append(proc)
 
-    def batches(
-        self, work: Sequence[np.ndarray]
-    ) -> Iterator[tuple[dict[str, np.ndarray], dict[str, int]]]:
+    def batches(self, work: Sequence[np.ndarray]) -> Iterator[tuple[dict[str, np.ndarray], dict[str, int]]]:
         """Each batch of flat sample indices in `work`, built by the workers and yielded in
         order, with what it took to read (deltas of `Dataset.read_stats`). Starting another iteration
         abandons this one: its batches still in flight are dropped when they arrive."""

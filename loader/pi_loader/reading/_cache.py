@@ -303,4 +303,3 @@ class DiskCache:
         self._ensure_open()
         with self._directory.global_lock():
             return sum(e.size_bytes for e in self._directory.scan())
-

@@ -271,8 +271,10 @@ def read_committed_episodes(
     columns = list(EPISODE_COLUMNS)
     ids = None if episode_ids is None else list(episode_ids)
     indices = None if ids is None else files.files_for(ids)
-    if rows_directory is not None and files.schema is not None and (
-        indices is None or len(indices) >= MANY_FILES
+    if (
+        rows_directory is not None
+        and files.schema is not None
+        and (indices is None or len(indices) >= MANY_FILES)
     ):
 
         def read(chosen: Sequence[int]) -> pa.Table:

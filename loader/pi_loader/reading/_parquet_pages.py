@@ -39,6 +39,7 @@ __all__ = [
     "hybrid_levels", "page_header",
 ]  # fmt: skip
 
+
 class PageChecksumError(PageError):
     """A page whose stored bytes do not match the CRC in its header."""
 
@@ -170,9 +171,7 @@ def decode_list_chunk(
             return _decode_any(raw, decompressor, rows, width, max_definition, dtype)
         rest = page[body.pos :]
         if len(rest) != count * itemsize:
-            raise PageError(
-                f"page at byte {pos} holds {len(rest)} bytes of values for {count} values"
-            )
+            raise PageError(f"page at byte {pos} holds {len(rest)} bytes of values for {count} values")
         values.append(rest)
         pos = end
     if levels != expected:
@@ -273,9 +272,7 @@ def _decode_any(
             uniform = False  # an empty list or a null: pyarrow's path says what it is
         if uniform:
             if len(rest) != count * itemsize:
-                raise PageError(
-                    f"page at byte {pos} holds {len(rest)} bytes of values for {count} values"
-                )
+                raise PageError(f"page at byte {pos} holds {len(rest)} bytes of values for {count} values")
             values.append(np.frombuffer(rest, dtype))
         pos = end
     if levels != expected:

@@ -320,9 +320,7 @@ class StepsReader:
             steps = indexed.get(g)
             if steps is None:
                 start = g * size
-                rows = self._reader.read(
-                    uri, first + g, STEPS_COLUMNS, table="steps", version=self._version
-                )
+                rows = self._reader.read(uri, first + g, STEPS_COLUMNS, table="steps", version=self._version)
                 steps = parse_group(
                     rows,
                     f"episode {self._episode_ids[e]} (attempt {self._attempt_ids[e]}): steps row group "
@@ -388,6 +386,7 @@ class StepsReader:
 
     def _missing(self, uri: str, err: FileNotFoundError) -> SnapshotDataMissingError:
         return SnapshotDataMissingError(missing_files_message("steps", self._version, uri, err))
+
 
 _STATE = (
     "_reader",

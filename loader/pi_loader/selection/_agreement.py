@@ -45,6 +45,7 @@ class OpenedDataset(Agreeable, Protocol):
     @property
     def snapshot(self) -> Snapshot: ...
 
+
 BACKENDS = ("auto", "torch", "jax")
 # Arguments of Dataset that choose the episodes; a host that opens rank 0's snapshot drops them.
 _SELECTION_ARGUMENTS = ("sql", "sql_parameters", "episode_ids", "snapshot")
@@ -279,9 +280,7 @@ def agree(obj: Agreeable | Snapshot, *, backend: str = "auto", group: Any = None
     return fingerprint
 
 
-def broadcast_snapshot(
-    snapshot: Snapshot | None, *, backend: str = "auto", group: Any = None
-) -> Snapshot:
+def broadcast_snapshot(snapshot: Snapshot | None, *, backend: str = "auto", group: Any = None) -> Snapshot:
     """Rank 0's `snapshot`, on every host: rank 0 passes the snapshot it resolved, the others
     pass None (what they pass is ignored). A collective: every host must call it.
 

@@ -199,13 +199,16 @@ def select_episodes(
     # and so the sample order and any saved loader state, stay valid after compaction and GC.
     if pinned is not None:
         return _selection(rows, dataclasses.replace(pinned, lake_root=layout.root))
-    return _selection(rows, Snapshot(
-        lake_root=layout.root,
-        table_versions=versions,
-        episode_ids=tuple(found),
-        attempt_ids=tuple(attempts),
-        sql=sql,
-    ))
+    return _selection(
+        rows,
+        Snapshot(
+            lake_root=layout.root,
+            table_versions=versions,
+            episode_ids=tuple(found),
+            attempt_ids=tuple(attempts),
+            sql=sql,
+        ),
+    )
 
 
 def _selection(rows: pa.Table, snapshot: Snapshot) -> Selection:

@@ -64,6 +64,7 @@ def main(config: dict[str, Any]) -> None:
         dist.init_process_group(
             "gloo", init_method=config["address"], rank=rank, world_size=world, timeout=timedelta(seconds=60)
         )
+
         def barrier() -> None:
             dist.barrier()
 

@@ -136,4 +136,3 @@ def kcat_produce(bootstrap: str, topic: str, lines: list[bytes], *, work: Path) 
     if proc.returncode != 0:
         raise RuntimeError(f"kcat exited {proc.returncode}: {proc.stderr.decode(errors='replace')[-1000:]}")
     return used
-

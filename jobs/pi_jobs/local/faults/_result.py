@@ -49,4 +49,3 @@ def make_result(fault: str, report: Mapping[str, Any], t0: float, observed: Mapp
     )
     log.info("fault %s", result.row())
     return result
-
