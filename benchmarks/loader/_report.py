@@ -141,26 +141,30 @@ def summarize(
             "pi_loader_vs_limit_cpu": _paired(legs, w, "raw", "cpu_ms_per_sample", inverse=True),
         }
     two = ratios.get("2", {})
-    ttfb_s = ttfb.get("first_batch_from_spawn_s")
+    runs = [v for v in ttfb.get("runs", []) if v is not None]
+    ttfb_spread = spread(runs, what="time to first batch") if len(runs) >= MIN_REPEATS else None
+    if ttfb_spread is not None:
+        ttfb["first_batch_from_spawn_s"] = ttfb_spread.to_json()
+    ttfb_name = f"time to first batch < 5 s on {args.big_episodes} episodes"
     vs_lerobot = [
         judge(spread_of_json(r["pi_loader_vs_lerobot"]), TARGET_VS_LEROBOT)
         for r in ratios.values()
         if r["pi_loader_vs_lerobot"] is not None
     ]
     vs_limit = judge(spread_of_json(two.get("pi_loader_vs_limit")), TARGET_VS_LIMIT)
+    ttfb_judged = judge(ttfb_spread, TARGET_TTFB_S, higher_is_better=False)
     detail = {
         "pi_loader >= 5x LeRobotDataset (every worker count)": vs_lerobot,
         ">= 70% of the raw decode limit with 2 workers": vs_limit,
+        ttfb_name: ttfb_judged,
     }
     targets = {
         "pi_loader >= 5x LeRobotDataset (every worker count)": (
             None if not vs_lerobot else all(v["met"] for v in vs_lerobot)
         ),
         ">= 70% of the raw decode limit with 2 workers": vs_limit["met"],
-        # one open per run: the first batch is timed once (a cold start cannot be repeated warm)
-        f"time to first batch < 5 s on {args.big_episodes} episodes": (
-            None if ttfb_s is None else ttfb_s < TARGET_TTFB_S
-        ),
+        # each repeat a fresh process; met only when every run is under 5 s
+        ttfb_name: ttfb_judged["met"],
     }
     return {
         "sample": {
@@ -222,7 +226,8 @@ def print_table(results: dict[str, Any]) -> None:
     else:
         print(
             f"time to first batch, {t['episodes']} episodes via SQL, 2 workers: "
-            f"{t['first_batch_from_spawn_s']:.2f} s from process start (open {t['open_s']:.2f} s), "
+            f"{text_of(t['first_batch_from_spawn_s'], '{:.2f}')} s from process start "
+            f"(open {t['open_s']:.2f} s, first run), "
             f"peak {t['peak_memory_mb']:.0f} MB"
         )
     if results.get("storage_mb"):
@@ -290,7 +295,8 @@ def plot(results: dict[str, Any], path: Path) -> None:
     ttfb = results["time_to_first_batch"].get("first_batch_from_spawn_s")
     if ttfb is not None:
         flags.append(
-            f"time to first batch, {results['time_to_first_batch']['episodes']} episodes: {ttfb:.2f} s"
+            f"time to first batch, {results['time_to_first_batch']['episodes']} episodes: "
+            f"{text_of(ttfb, '{:.2f}')} s"
         )
     ax.text(0.01, 0.99, "\n".join(flags), transform=ax.transAxes, va="top", fontsize=7, family="monospace")
     top = max((_rate(legs, n, w) or 0.0) for n in loaders for w in workers)
