@@ -14,22 +14,22 @@ stream job's sink does. At each size the layout is the one a lake has between tw
 
 * the bulk in group commits of `--bulk-group` (500: a backfill's group commits; group commits
   of the stream sink's 32 grow a lake at ~28-100 episodes/s here, an hour for 100,000, while
-  500 grows it at ~250/s), then `pi_jobs.maintenance.compact` with its default CompactConfig
+  500 grows it at ~150-340/s), then `pi_jobs.maintenance.compact` with its default CompactConfig
   (what `pilake compact` runs): every group commit below 32 MiB, so all of them, merged into
   ~128 MiB file groups sorted by episode id; raw and quarantine bin-packed. Compaction does
   not care which group size wrote a small group, so the compacted layout is the one a streamed
   lake gets from the same compaction (~2,000 episodes of this size per file group);
 * the last `--tail-episodes` (1,000) in the sink's group commits of 32, left uncompacted: what
-  streamed in since the last compaction (31 small file groups per table on top).
+  streamed in since the last compaction (32 small file groups per table on top).
 
 The lake of 1,000 is all tail (a young lake before its first compaction). 1 % of episodes are
 quarantined as the sink does it (their raw messages in the group's raw rows under a uuid attempt
 id, one quarantine commit each): 1,000 open quarantine rows at 100,000. 19 pins made by
 `create_dataset` at each size: every episode, the successes, each of 6 tasks (all and
-successes), 4 sets of 8 robots, 20 hand-picked ids (~370,000 pinned episodes in all at
+successes), 4 sets of 8 robots, 20 hand-picked ids (~407,000 pinned episodes in all at
 100,000). Differences from a production lake, said in the JSON's `layout`: the video is 64 px
 (224 px: ~1.5 MB an episode, so a 128 MiB file group holds ~85 episodes, not ~2,000: more,
-smaller files per table), the Delta log has ~200 bulk commits per table where a streamed lake
+smaller files per table), the Delta log has ~230 bulk commits per table where a streamed lake
 has ~3,000 (its checkpoints carry more remove tombstones until GC), and every episode was
 committed within the last hour (so the Overview's freshness of the last hour reads all of them).
 
