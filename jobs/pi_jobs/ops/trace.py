@@ -17,6 +17,7 @@ from __future__ import annotations
 import json
 import logging
 from collections.abc import Iterable, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -121,11 +122,25 @@ def lake_events(episode_id: str, layout: LakeLayout) -> list[TraceEvent]:
         ['raw_received', 'episodes_row']
     """
     out: list[TraceEvent] = []
-    raw = _rows(
-        layout.raw,
-        episode_id,
-        ["attempt_id", "chunk_index", "kafka_partition", "kafka_offset", "received_at_ns"],
-    )
+    # The four tables are read at once: each read is mostly Delta log replay and Parquet footer
+    # parsing outside the GIL (the UI's Episode page waits for them: ~0.7 s one after the other
+    # on a compacted lake of 100,000 episodes).
+    wanted = {
+        "raw": (
+            layout.raw,
+            ["attempt_id", "chunk_index", "kafka_partition", "kafka_offset", "received_at_ns"],
+        ),
+        "quarantine": (
+            layout.quarantine,
+            ["attempt_id", "reason", "details", "raw_pointer", "quarantined_at_ns"],
+        ),
+        "releases": (layout.quarantine_releases, ["attempt_id", "outcome", "note", "released_at_ns"]),
+        "episodes": (layout.episodes, ["attempt_id", "received_at_ns", "committed_at_ns", "step_count"]),
+    }
+    with ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="trace") as pool:
+        futures = {name: pool.submit(_rows, uri, episode_id, cols) for name, (uri, cols) in wanted.items()}
+        found = {name: future.result() for name, future in futures.items()}
+    raw = found["raw"]
     by_attempt: dict[str, list[dict[str, Any]]] = {}
     for row in raw:
         by_attempt.setdefault(row["attempt_id"], []).append(row)
@@ -144,9 +159,7 @@ def lake_events(episode_id: str, layout: LakeLayout) -> list[TraceEvent]:
                 },
             )
         )
-    for row in _rows(
-        layout.quarantine, episode_id, ["attempt_id", "reason", "details", "raw_pointer", "quarantined_at_ns"]
-    ):
+    for row in found["quarantine"]:
         out.append(
             TraceEvent(
                 row["quarantined_at_ns"],
@@ -156,9 +169,7 @@ def lake_events(episode_id: str, layout: LakeLayout) -> list[TraceEvent]:
                 {"reason": row["reason"], "details": row["details"], "raw": row["raw_pointer"]},
             )
         )
-    for row in _rows(
-        layout.quarantine_releases, episode_id, ["attempt_id", "outcome", "note", "released_at_ns"]
-    ):
+    for row in found["releases"]:
         out.append(
             TraceEvent(
                 row["released_at_ns"],
@@ -168,9 +179,7 @@ def lake_events(episode_id: str, layout: LakeLayout) -> list[TraceEvent]:
                 {"outcome": row["outcome"], "note": row["note"]},
             )
         )
-    for row in _rows(
-        layout.episodes, episode_id, ["attempt_id", "received_at_ns", "committed_at_ns", "step_count"]
-    ):
+    for row in found["episodes"]:
         out.append(
             TraceEvent(
                 row["committed_at_ns"],  # set when the row was made, just before its commit
