@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import logging
+import threading
 from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
@@ -99,12 +100,44 @@ def log_events(episode_id: str, log_dirs: Iterable[Path]) -> list[TraceEvent]:
     return out
 
 
-def _rows(table_uri: str, episode_id: str, columns: Sequence[str]) -> list[dict[str, Any]]:
-    import pyarrow.dataset as pads
+# Open table handles kept by a long-running process (`pilake ui` traces an episode per page):
+# brought up to date with the newer log entries only, instead of replaying each table's log
+# again for every trace. uri -> (lock, table)
+_open_tables: dict[str, tuple[threading.Lock, Any]] = {}
+_open_tables_lock = threading.Lock()
+
+
+def _dataset(table_uri: str) -> Any:
+    """The table's current snapshot as a pyarrow dataset (raises when there is no table)."""
     from deltalake import DeltaTable
 
+    with _open_tables_lock:
+        lock, table = _open_tables.get(table_uri, (threading.Lock(), None))
+        _open_tables.setdefault(table_uri, (lock, None))
+    with lock:
+        if table is None:
+            table = DeltaTable(table_uri)
+        else:
+            table.update_incremental()
+        with _open_tables_lock:
+            _open_tables[table_uri] = (lock, table)
+        return table.to_pyarrow_dataset()
+
+
+def warm_tables(layout: LakeLayout) -> None:
+    """Open the tables a trace reads, so that a server's first trace does not wait for them."""
+    for uri in (layout.raw, layout.quarantine, layout.quarantine_releases, layout.episodes):
+        try:
+            _dataset(uri)
+        except Exception as err:  # a lake without this table yet
+            log.debug("trace: no table at %s (%s)", uri, err)
+
+
+def _rows(table_uri: str, episode_id: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+    import pyarrow.dataset as pads
+
     try:
-        dataset = DeltaTable(table_uri).to_pyarrow_dataset()
+        dataset = _dataset(table_uri)
     except Exception as err:  # TableNotFoundError: a lake without this table yet
         log.debug("trace: no table at %s (%s)", table_uri, err)
         return []

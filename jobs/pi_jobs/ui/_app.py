@@ -321,6 +321,10 @@ def create_app(config: UiConfig, catalog: Any = None) -> Any:
 
         catalog = Catalog(config.catalog)
     pages = _Pages(config, catalog)
+    # the Episode page's trace reads four tables: open them now, not at the first request
+    from pi_jobs.ops.trace import warm_tables
+
+    threading.Thread(target=warm_tables, args=(pages.layout,), name="ui-warm", daemon=True).start()
     routes = [
         Route("/", pages.overview),
         Route("/query", pages.query),
