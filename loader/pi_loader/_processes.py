@@ -13,6 +13,7 @@ Outside the rooms on purpose: the samples room (Dataset) warms it and the delive
 
 from __future__ import annotations
 
+import contextlib
 import multiprocessing
 import os
 import threading
@@ -66,10 +67,14 @@ def _drop_stale_forkserver() -> None:
             return
         with server._lock:
             os.close(server._forkserver_alive_fd)  # asks the old server to exit
-            os.waitpid(server._forkserver_pid, 0)
+            old_pid = server._forkserver_pid
             server._forkserver_alive_fd = None
             server._forkserver_pid = None
             server._forkserver_address = None
+        # The old server exits once the last worker it forked has exited (each holds the alive
+        # pipe too): reaped in the background, never waited for here. Waiting hung a process
+        # whose earlier Loader still had a live worker (a CI run, 2026-11-26).
+        threading.Thread(target=_reap, args=(old_pid,), name="forkserver-reaper", daemon=True).start()
     except (AttributeError, OSError):
         return
 
@@ -95,6 +100,11 @@ def _short_socket_dir() -> None:
             util.get_temp_dir()  # made now, under /tmp, and removed at exit as usual
         finally:
             tempfile.tempdir = saved
+
+
+def _reap(pid: int) -> None:
+    with contextlib.suppress(OSError):  # already reaped
+        os.waitpid(pid, 0)
 
 
 def context(method: str) -> multiprocessing.context.BaseContext:
