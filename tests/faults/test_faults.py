@@ -138,9 +138,9 @@ def test_worker_dies_at_a_crash_point_of_the_group_commit(
         assert o["crashed"]["subtask"] == subtask
     if point == "mid_group":
         assert o["crashed"]["group_episodes"] >= 2, "the crash must hit a group of several episodes"
-    # only Flink's restore (its replay, and the sink's read-back of what it held) delivered
-    assert o["resent_episodes"] == 0, o
     if point == "held_across_checkpoints":
+        # only Flink's restore (its replay, and the sink's read-back of what it held) delivered
+        assert o["resent_episodes"] == 0, o
         assert o["crashed"]["group_episodes"] == o["episodes"], "all held for one group commit"
         assert o["recovered_after_restart"] >= 1, "the held episodes came back through _held"
     assert o["flink_restarts"] >= 1

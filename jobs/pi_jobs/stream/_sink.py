@@ -341,6 +341,8 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
             if pending is not None:  # a re-send under way: its own positions stay held
                 for position in sorted(pending.positions):
                     self.held.add(position)
+            # its ack (and catalog record) may not have happened before the worker was lost
+            self._duplicate(key)
             return False
         found = refetch(
             bootstrap_servers=self.settings.bootstrap_servers,
