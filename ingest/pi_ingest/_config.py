@@ -43,7 +43,7 @@ class UploaderConfig:
             pending for the next call (3: the first try, a retry, a retry with a new producer).
         client_options: extra librdkafka settings for the producer and the consumer, as-is
             (security.protocol, sasl.*, ssl.*). Values never appear in repr or logs.
-        metrics_port: serve Prometheus metrics (pi_ingest._metrics) on this port; None: off.
+        metrics_port: serve Prometheus metrics (pi_ingest._metrics) on this port; None or 0: off.
 
     Example:
         >>> cfg = UploaderConfig("127.0.0.1:19092", Path("spool"),
@@ -115,9 +115,12 @@ class UploaderConfig:
                 )
         object.__setattr__(self, "client_options", types.MappingProxyType(dict(self.client_options)))
         port = self.metrics_port
+        if type(port) is int and port == 0:  # 0 = off, as for every pi-lake metrics port
+            object.__setattr__(self, "metrics_port", None)
+            port = None
         bad_port = isinstance(port, bool) or not isinstance(port, int) or not 1 <= port <= 65535
         if port is not None and bad_port:
-            raise ValueError(f"metrics_port must be None (off) or an int in [1, 65535], got {port!r}")
+            raise ValueError(f"metrics_port must be None or 0 (off) or an int in [1, 65535], got {port!r}")
 
     def __repr__(self) -> str:
         # Never show client option values: they hold passwords and key material.

@@ -78,3 +78,13 @@ def test_metrics_port_is_checked(tmp_path: Path) -> None:
     with pytest.raises(ValueError, match="metrics_port"):
         UploaderConfig("127.0.0.1:1", tmp_path, metrics_port=70000)
     assert "metrics_port=None" in repr(dataclasses.replace(UploaderConfig("127.0.0.1:1", tmp_path)))
+
+
+def test_metrics_port_zero_is_off(tmp_path: Path) -> None:
+    # 0 = off, as the settings (PILAKE_UPLOADER_METRICS_PORT=0) document for every metrics port
+    config = UploaderConfig("127.0.0.1:1", tmp_path, metrics_port=0)
+    assert config.metrics_port is None
+    with pytest.raises(ValueError, match="metrics_port"):
+        UploaderConfig("127.0.0.1:1", tmp_path, metrics_port=-1)
+    with pytest.raises(ValueError, match="metrics_port"):
+        UploaderConfig("127.0.0.1:1", tmp_path, metrics_port=False)

@@ -183,3 +183,29 @@ def test_status_shows_a_live_endpoint(tmp_path: Path) -> None:
     finally:
         server.shutdown()
         thread.join(timeout=10)
+
+
+@pytest.mark.parametrize(
+    ("variable", "component"),
+    [
+        ("PILAKE_UPLOADER_METRICS_PORT", "uploader"),
+        ("PILAKE_STREAM_METRICS_PORT", "stream"),
+        ("PILAKE_LOADER_METRICS_PORT", "loader"),
+    ],
+)
+def test_metrics_port_zero_is_off_for_every_component(tmp_path: Path, variable: str, component: str) -> None:
+    # issue 31: "0 = off" must hold wherever a metrics port is read (the loader's own reading of
+    # PILAKE_LOADER_METRICS_PORT is tested in tests/loader/delivery/test_metrics.py)
+    from pi_ingest import UploaderConfig
+    from pi_jobs.ops.metrics_view import local_endpoints
+    from pi_jobs.settings import Settings
+    from pi_jobs.stream import stream_config
+
+    settings = Settings.from_env({"PILAKE_HOME": str(tmp_path), variable: "0"})
+    assert component not in {name for name, *_ in local_endpoints(settings)}
+    assert {name for name, *_ in local_endpoints(Settings(home=tmp_path))} == {"uploader", "stream", "loader"}
+    stream_ports = stream_config(settings).metrics_ports
+    assert (stream_ports is None) == (component == "stream")
+    # the uploader of `pilake upload | simulate --upload` gets the port as the CLI passes it
+    uploader = UploaderConfig("127.0.0.1:1", tmp_path, metrics_port=settings.uploader_metrics_port)
+    assert (uploader.metrics_port is None) == (component == "uploader")

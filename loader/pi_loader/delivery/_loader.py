@@ -42,6 +42,13 @@ class IdleWorkersWarning(UserWarning):
     """A Loader setting leaves workers with nothing to do (see `LoaderStats.idle_workers`)."""
 
 
+def _metrics_wanted(port: int | str) -> bool:
+    """False for the documented "off" values of a metrics port: 0, "0" and "" (spaces aside);
+    anything else is served (and checked by pi_loader.delivery._metrics, which says what is
+    wrong with a bad value)."""
+    return str(port).strip() not in ("0", "")
+
+
 def _batch_bytes(dataset: Dataset | Mixture, batch_size: int) -> int:
     images = sum(int(np.prod(shape)) for shape in dataset.image_shapes().values())
     return batch_size * (images + _SAMPLE_ARRAY_BYTES)
@@ -150,7 +157,8 @@ class Loader:
             their slots (one batch's bytes each) out of the pool.
         metrics_port: serve Prometheus metrics (samples, prefetch depth, cache hit ratios, bytes
             read; computed only when scraped) on this port; None: the port or 'first-last' range
-            in $PILAKE_LOADER_METRICS_PORT, if set, else off.
+            in $PILAKE_LOADER_METRICS_PORT, if set, else off. 0 (or "0", "") is off, here and
+            in the variable, as for every pi-lake metrics port.
         on_corrupt: a sample whose stored bytes do not match their checksums (architecture
             decision 10): "raise" (default) a CorruptDataError naming the table, file, row
             group and episode; "skip" it: the batch comes without it, the skip is logged and
@@ -261,7 +269,7 @@ class Loader:
         self._epoch_order(self._epoch)
         # Metrics only when asked: nothing is imported or counted otherwise (pi_loader.delivery._metrics).
         port = metrics_port if metrics_port is not None else os.environ.get("PILAKE_LOADER_METRICS_PORT")
-        if port:
+        if port is not None and _metrics_wanted(port):
             from pi_loader.delivery._metrics import serve_loader_metrics
 
             serve_loader_metrics(self, port)

@@ -90,3 +90,40 @@ def test_bad_port_setting_is_a_clear_error(loader_lake: FakeLake, monkeypatch: p
     ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("wrist",), action_horizon=3))
     with pytest.raises(PiLoaderError, match="PILAKE_LOADER_METRICS_PORT must be a port or a range"):
         Loader(ds, batch_size=4, shard=ShardSpec(0, 1))
+
+
+def test_port_zero_means_off_in_the_variable_and_the_argument(loader_lake: FakeLake) -> None:
+    # issue 31: PILAKE_LOADER_METRICS_PORT=0, documented as "0 = off", raised PiLoaderError (and
+    # `pilake demo` failed at its loader step). A fresh interpreter, so "nothing imported" holds.
+    code = (
+        "import os, sys\n"
+        "from pi_loader import Dataset, Loader, SampleSpec, ShardSpec\n"
+        f"ds = Dataset({str(loader_lake.layout.root)!r},\n"
+        "             spec=SampleSpec(cameras=('wrist',), action_horizon=3))\n"
+        "for value in ('0', ' 0 ', ''):\n"
+        "    os.environ['PILAKE_LOADER_METRICS_PORT'] = value\n"
+        "    n = sum(len(b['step']) for b in Loader(ds, batch_size=8, shard=ShardSpec(0, 1)))\n"
+        "    assert n > 0, (value, n)\n"
+        "# the argument 0 is off even when the variable names a port\n"
+        "os.environ['PILAKE_LOADER_METRICS_PORT'] = '9480-9487'\n"
+        "Loader(ds, batch_size=8, shard=ShardSpec(0, 1), metrics_port=0)\n"
+        "bad = [m for m in ('prometheus_client', 'pi_loader.delivery._metrics') if m in sys.modules]\n"
+        "assert not bad, bad\n"
+        "print('ok')\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.startswith("ok")
+
+
+@pytest.mark.parametrize("value", ["-1", "0-5", "off", "9480-"])
+def test_a_bad_port_other_than_zero_is_still_refused(
+    value: str, loader_lake: FakeLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pi_loader.delivery import _metrics
+
+    monkeypatch.setenv("PILAKE_LOADER_METRICS_PORT", value)
+    monkeypatch.setattr(_metrics, "_served", {})
+    ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("wrist",), action_horizon=3))
+    with pytest.raises(PiLoaderError, match="PILAKE_LOADER_METRICS_PORT must be a port or a range"):
+        Loader(ds, batch_size=4, shard=ShardSpec(0, 1))
