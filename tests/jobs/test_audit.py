@@ -210,3 +210,39 @@ def test_collect_from_spool_lake_and_catalog(tmp_path: Path, monkeypatch: pytest
 def test_audit_of_an_empty_lake(tmp_path: Path) -> None:
     report = audit(LakeLayout(str(tmp_path / "lake")), spool_dirs=[tmp_path / "spool"])
     assert (report.episodes_in, report.missing, report.ok) == (0, 0, True)
+
+
+def test_audit_reads_every_spool_of_the_installation(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A failed import's leftovers in spool-import (issue 31: audit read only spool/ and said OK):
+    the default audit finds spool/, spool-import/, each import's own spool and other spool*
+    directories, counts their ledgers and names what is left in them."""
+    from pi_format.wire import BUNDLE_SUFFIX, encode_episode, write_bundle
+    from pi_ingest import Spool
+    from pi_jobs.cli import main
+    from pi_jobs.ops.audit import find_spools
+
+    home = tmp_path / "home"
+    Spool(home / "spool")
+    Spool(home / "spool-import").add("legacy", encode_episode(_episode("legacy")))  # the old layout
+    Spool(home / "spool-import" / "0123abcd").add("imp1", encode_episode(_episode("imp1")))
+    Spool(home / "spool-writers").add("w1", encode_episode(_episode("w1")))
+    staging = home / "spool-import" / ".staging-999999-abcd"
+    staging.mkdir()
+    write_bundle(staging / f"half{BUNDLE_SUFFIX}", encode_episode(_episode("half")))
+    assert [p.relative_to(home).as_posix() for p in find_spools(home)] == [
+        "spool",
+        "spool-import",
+        "spool-import/0123abcd",
+        "spool-writers",
+    ]
+    report = audit(LakeLayout(str(home / "lake")), spool_dirs=find_spools(home))
+    assert report.missing_ids == ("imp1", "legacy", "w1") and report.staging_leftovers == 1
+    assert len(report.spool_leftovers) == 4 and not report.ok
+    monkeypatch.setenv("PILAKE_HOME", str(home))
+    assert main(["audit", "--no-topic", "--no-catalog"]) == 1
+    out = capsys.readouterr().out
+    assert "staging of an import killed while reading (1 episodes read, none spooled or sent)" in out
+    assert "spool-import/0123abcd: 1 episodes spooled without a lake ack [imp1]" in out
+    assert "missing             3" in out

@@ -17,9 +17,11 @@ def _cmd_audit(settings: Settings, args: argparse.Namespace) -> int:
     from pi_format import LakeLayout
 
     from pi_jobs.local.stack import broker_status
-    from pi_jobs.ops.audit import audit, format_report
+    from pi_jobs.ops.audit import audit, find_spools, format_report
 
-    spools = [Path(p) for p in args.spool] if args.spool else [settings.home / "spool"]
+    # by default every spool of the installation: spool/, spool-import/ and each import's own
+    # spool in it, any other spool* directory (pi_jobs.ops._spools)
+    spools = [Path(p) for p in args.spool] if args.spool else find_spools(settings.home)
     topic_config = None
     if not args.no_topic:
         if (
@@ -53,7 +55,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--spool",
         action="append",
         default=None,
-        help="a spool dir to count (repeatable; default $PILAKE_HOME/spool)",
+        help="a spool dir to count (repeatable; default: every spool under $PILAKE_HOME)",
     )
     p.add_argument("--no-topic", action="store_true", help="do not read the raw topic's offsets")
     p.add_argument("--no-catalog", action="store_true", help="do not compare with the catalog")

@@ -102,6 +102,10 @@ class AuditInputs:
     catalog_ids: Sequence[str] | None = None
     topic: TopicOffsets | None = None
     spool_dirs: Sequence[str] = ()
+    # what is left in the spools (pi_jobs.ops._spools.SpoolLeftover.line()): pending entries,
+    # and import staging directories (counted in `staging_leftovers` too)
+    spool_leftovers: Sequence[str] = ()
+    staging_leftovers: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,6 +139,8 @@ class AuditReport:
     duplicated_ids: tuple[str, ...] = ()
     spool_dirs: tuple[str, ...] = ()
     deleted: int = 0  # deleted by an operator (`pilake episodes delete`): in, accounted for
+    spool_leftovers: tuple[str, ...] = ()  # one line per spool with pending entries / staging dir
+    staging_leftovers: int = 0  # import staging directories left by a killed import
 
     @property
     def catalog_agrees(self) -> bool:
@@ -142,7 +148,11 @@ class AuditReport:
 
     @property
     def ok(self) -> bool:
-        return self.missing == 0 and self.duplicated == 0 and self.catalog_agrees
+        # a pending spool entry of an episode the lake lacks is counted as missing already; a
+        # staging directory is an import killed while reading: nothing was sent, but it is litter
+        return (
+            self.missing == 0 and self.duplicated == 0 and self.catalog_agrees and not self.staging_leftovers
+        )
 
     def to_json(self) -> dict[str, Any]:
         doc = asdict(self)
@@ -214,6 +224,8 @@ def reconcile(inputs: AuditInputs) -> AuditReport:
         duplicated_ids=tuple(sorted(duplicated)),
         spool_dirs=tuple(inputs.spool_dirs),
         deleted=len(deleted & episodes_in),
+        spool_leftovers=tuple(inputs.spool_leftovers),
+        staging_leftovers=inputs.staging_leftovers,
     )
 
 
@@ -256,6 +268,8 @@ def format_report(report: AuditReport, *, lake_root: str = "") -> str:
         f"  records: {report.raw_records} in the raw table ({report.raw_records_without_id} without a key), "
         f"{report.quarantined_records_without_id} of them quarantined without an episode id, "
         f"stream job's offset lag on the topic: {unread}",
+        f"  spools: {len(report.spool_dirs)} read, {len(report.spool_leftovers)} with leftovers",
+        *(f"    {line}" for line in report.spool_leftovers[:_SHOWN_IDS]),
         f"  result: {'OK' if report.ok else 'FAILED'}",
     ]
     return "\n".join(lines)

@@ -20,6 +20,7 @@ from pi_jobs.ops._reconcile import (
     format_report,
     reconcile,
 )
+from pi_jobs.ops._spools import find_spools, spool_leftovers
 
 if TYPE_CHECKING:
     from pi_format import LakeLayout
@@ -34,6 +35,7 @@ __all__ = [
     "TopicOffsets",
     "audit",
     "collect",
+    "find_spools",
     "format_report",
     "read_spools",
     "read_topic",
@@ -139,6 +141,7 @@ def collect(
     if catalog_path is not None:
         catalog_ids = _catalog_ids(catalog_path)
     topic = read_topic(topic_config) if topic_config is not None else None
+    leftovers = spool_leftovers([Path(p) for p in spool_dirs])
     return AuditInputs(
         submitted=submitted,
         confirmed=confirmed,
@@ -150,6 +153,8 @@ def collect(
         catalog_ids=catalog_ids,
         topic=topic,
         spool_dirs=[str(p) for p in spool_dirs],
+        spool_leftovers=[x.line() for x in leftovers],
+        staging_leftovers=sum(1 for x in leftovers if x.kind == "staging"),
     )
 
 
