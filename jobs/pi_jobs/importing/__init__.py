@@ -11,19 +11,33 @@ Example:
     ['lift-3f2a9c0b1d-demo_0']
 """
 
-from pi_jobs.importing._episodes import DatasetImportError, ImportedEpisode, SpanText, make_episode
+from pi_jobs.importing._episodes import (
+    RESIZE_POLICIES,
+    DatasetImportError,
+    ImportedEpisode,
+    ImportOptions,
+    SpanText,
+    fit_frames,
+    make_episode,
+)
 from pi_jobs.importing.driver import ImportConfig, ImportReport, run_import
 from pi_jobs.importing.hdf5 import Hdf5Mapping, detect_layout, read_hdf5
+from pi_jobs.importing.staging import StagedImport, stage_import
 
 __all__ = [
+    "RESIZE_POLICIES",
     "DatasetImportError",
     "Hdf5Mapping",
     "ImportConfig",
+    "ImportOptions",
     "ImportReport",
     "ImportedEpisode",
     "SpanText",
+    "StagedImport",
     "detect_layout",
+    "fit_frames",
     "make_episode",
     "read_hdf5",
     "run_import",
+    "stage_import",
 ]

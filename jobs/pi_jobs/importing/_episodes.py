@@ -27,8 +27,94 @@ IMPORT_START_NS = 1_700_000_000_000_000_000
 _UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]+")
 
 
+# How a camera whose aspect ratio differs from the lake's video (FeaturizeConfig's width x
+# height, 224 x 224 by default) is fitted before the stream job scales it to that size.
+RESIZE_POLICIES = ("letterbox", "center-crop", "stretch")
+
+
 class DatasetImportError(PiJobsError):
     """A dataset to import cannot be read as asked (missing keys, bad shapes, odd layouts)."""
+
+
+@dataclass(frozen=True, slots=True)
+class ImportOptions:
+    """What every importer does the same way.
+
+    Args:
+        resize: how a camera of another aspect ratio than the lake's video is fitted:
+            "letterbox" (pad with black bars to that ratio: every pixel kept, geometry kept),
+            "center-crop" (cut the longer side: geometry kept, the edges lost), "stretch" (pass
+            it on: the stream job scales it, distorting shapes). Recorded per episode as the tag
+            `resize:<policy>`, with each camera's size as read (`camera-size:<cam>=WxH`).
+        target_width, target_height: the lake's video size (the stream job's FeaturizeConfig).
+        max_array_bytes: the most bytes one array (an HDF5 dataset, a LeRobot data file
+            uncompressed, an episode's decoded video of one camera) may take; checked against
+            what the file declares before anything is read or allocated.
+        drop_features: LeRobot features the lake has no column for, dropped as asked.
+
+    Example:
+        >>> ImportOptions(resize="center-crop", drop_features=("observation.effort",))
+    """
+
+    # letterbox by default: it is the only policy that loses nothing and distorts nothing; a
+    # user who prefers the edges cut or the shapes stretched says so (--resize)
+    resize: str = "letterbox"
+    # the stream job's default video size (FeaturizeConfig): the CLI passes the configured one
+    target_width: int = 224
+    target_height: int = 224
+    # 4 GiB: a long episode of a high-resolution camera fits (1,000 frames of 1280 x 720 RGB are
+    # 2.8 GB); a declared shape of terabytes is refused before it is allocated
+    max_array_bytes: int = 4 << 30
+    drop_features: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        if self.resize not in RESIZE_POLICIES:
+            raise ValueError(f"resize must be one of {list(RESIZE_POLICIES)}, got {self.resize!r}")
+        if self.target_width < 2 or self.target_height < 2:
+            raise ValueError(
+                f"target size must be at least 2 x 2, got {self.target_width} x {self.target_height}"
+            )
+        if self.max_array_bytes < 1:
+            raise ValueError(f"max_array_bytes must be >= 1, got {self.max_array_bytes}")
+        if not isinstance(self.drop_features, tuple):
+            raise TypeError(f"drop_features must be a tuple of str, got {type(self.drop_features).__name__}")
+
+    def check_bytes(self, what: str, nbytes: int, shape: object) -> None:
+        """DatasetImportError unless an array of `nbytes` (as declared) is within the limit."""
+        if nbytes > self.max_array_bytes:
+            raise DatasetImportError(
+                f"{what} declares shape {shape} ({nbytes / 2**30:.2f} GiB), over the import's limit of "
+                f"{self.max_array_bytes / 2**30:.2f} GiB per array (ImportOptions.max_array_bytes, "
+                "`--max-array-mb`): a damaged header, or raise the limit if it is real"
+            )
+
+
+def fit_frames(video: np.ndarray, options: ImportOptions) -> np.ndarray:
+    """uint8 [T, H, W, 3] frames fitted to the lake's aspect ratio by `options.resize`.
+
+    Example:
+        >>> fit_frames(np.zeros((2, 480, 640, 3), np.uint8), ImportOptions()).shape
+        (2, 640, 640, 3)
+    """
+    _, height, width, _ = video.shape
+    target = options.target_width / options.target_height
+    if options.resize == "stretch" or abs(width / height - target) < 1.0 / min(width, height):
+        return video
+    if options.resize == "letterbox":
+        if width / height > target:  # wider: bars above and below
+            new_height = round(width / target)
+            top = (new_height - height) // 2
+            return np.pad(video, ((0, 0), (top, new_height - height - top), (0, 0), (0, 0)))
+        new_width = round(height * target)
+        left = (new_width - width) // 2
+        return np.pad(video, ((0, 0), (0, 0), (left, new_width - width - left), (0, 0)))
+    if width / height > target:  # center-crop: cut the sides
+        new_width = max(2, round(height * target))
+        left = (width - new_width) // 2
+        return video[:, :, left : left + new_width]
+    new_height = max(2, round(width / target))
+    top = (height - new_height) // 2
+    return video[:, top : top + new_height]
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,11 +174,13 @@ def make_episode(
     tags: Sequence[str] = (),
     source: str,
     camera_videos: Mapping[str, tuple[bytes, int, int, int]] | None = None,
+    options: ImportOptions | None = None,
 ) -> Episode:
     """An Episode of `proprio` [T, D] and `action` [T, A] at `fps`, with one camera per entry of
     `frames` (uint8 [T, H, W, 3], encoded here as H.264 MP4) or of `camera_videos` (name ->
     (an MP4/any container as the dataset stores it, width, height, frame count): passed on as it
-    is, the stream job decodes it).
+    is, the stream job decodes it). Frames are fitted to the lake's aspect ratio by
+    `options.resize` (`fit_frames`), recorded in the episode's tags.
 
     Raises:
         DatasetImportError: shapes that do not agree, naming `source` and what to fix.
@@ -112,7 +200,9 @@ def make_episode(
             "with the same T > 0"
         )
     timestamps = IMPORT_START_NS + np.round(np.arange(steps) * (1e9 / fps)).astype(np.int64)
+    options = options or ImportOptions()
     cameras = []
+    sizes: list[str] = []
     for name, video in sorted(frames.items()):
         if video.dtype != np.uint8 or video.ndim != 4 or video.shape[-1] != 3:
             raise DatasetImportError(
@@ -123,6 +213,8 @@ def make_episode(
                 f"{source}: camera {name!r} has {video.shape[0]} frames for {steps} steps; "
                 "one frame per step is what these layouts store"
             )
+        sizes.append(f"camera-size:{safe_name(name)}={video.shape[2]}x{video.shape[1]}")
+        video = fit_frames(video, options)
         # H.264 in yuv420p needs even sizes: an odd last row or column is dropped
         height, width = video.shape[1] - video.shape[1] % 2, video.shape[2] - video.shape[2] % 2
         video = np.ascontiguousarray(video[:, :height, :width])
@@ -146,6 +238,6 @@ def make_episode(
         start_time_ns=IMPORT_START_NS,
         control_rate_hz=float(fps),
         success=bool(success),
-        tags=tuple(tags),
+        tags=(*tags, *((f"resize:{options.resize}", *sizes) if sizes else ())),
     )
     return Episode(meta, timestamps, proprio, action, tuple(cameras))

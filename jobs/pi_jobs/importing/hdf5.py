@@ -43,6 +43,7 @@ import numpy as np
 from pi_jobs.importing._episodes import (
     DatasetImportError,
     ImportedEpisode,
+    ImportOptions,
     SpanText,
     episode_id,
     file_digest,
@@ -197,13 +198,19 @@ def read_hdf5(
     robot_type: str | None = None,
     task: str | None = None,
     robot_id: str | None = None,
+    options: ImportOptions | None = None,
 ) -> Iterator[ImportedEpisode]:
     """The episodes of one HDF5 file, in file order (see the module docstring), read one at a
     time. `fps`, `robot_type` and `task` override the layout's.
 
+    Each dataset's declared size is checked against `options.max_array_bytes` before it is read,
+    and every array of an episode must have one row per step (and robomimic's `num_samples`,
+    when present, must agree).
+
     Raises:
-        DatasetImportError: the file is not HDF5, its layout is unknown, or an episode lacks a
-            dataset the mapping names (the message names the file, the group and the key).
+        DatasetImportError: the file is not HDF5 or is damaged, its layout is unknown, an episode
+            lacks a dataset the mapping names, its arrays differ in length, or a dataset is over
+            the limit (the message names the file, the group and the key).
 
     Example:
         >>> [e.episode.episode_id for e in read_hdf5(Path("lift.hdf5"))]
@@ -212,44 +219,88 @@ def read_hdf5(
     import h5py
 
     path = Path(path)
+    options = options or ImportOptions()
     try:
         h5 = h5py.File(path, "r")
     except OSError as err:
         raise DatasetImportError(f"{path} cannot be opened as HDF5: {err}") from err
     with h5:
+        yield from _read_open(h5, path, mapping, fps, robot_type, task, robot_id, options)
+
+
+def _read_open(
+    h5: Any,
+    path: Path,
+    mapping: Hdf5Mapping | None,
+    fps: float | None,
+    robot_type: str | None,
+    task: str | None,
+    robot_id: str | None,
+    options: ImportOptions,
+) -> Iterator[ImportedEpisode]:
+    try:
         layout = mapping or detect_layout(h5, fps=fps, robot_type=robot_type)
-        if mapping is not None:
-            layout = replace(
-                mapping,
-                fps=fps or mapping.fps,
-                robot_type=robot_type or mapping.robot_type,
-            )
-        text = task if task is not None else layout.task
-        digest = file_digest(path)
         groups = _episode_groups(h5, layout.episodes)
-        for name in groups:
+    except (OSError, KeyError, ValueError, TypeError) as err:
+        raise DatasetImportError(
+            f"{path} cannot be read ({type(err).__name__}: {err}): it is damaged"
+        ) from err
+    if mapping is not None:
+        layout = replace(
+            mapping,
+            fps=fps or mapping.fps,
+            robot_type=robot_type or mapping.robot_type,
+        )
+    text = task if task is not None else layout.task
+    digest = file_digest(path)
+    for name in groups:
+        where = f"{path}#{name or '/'}"
+        try:
             group = h5[name] if name else h5
-            where = f"{path}#{name or '/'}"
-            proprio = np.concatenate(
-                [_array(group, key, where).reshape(len(group[key]), -1) for key in layout.proprio], axis=1
-            )
-            action = _array(group, layout.action, where)
-            frames = {cam: _frames(group, key, where) for cam, key in layout.cameras.items()}
-            item = name.rsplit("/", 1)[-1] if name else "episode"
-            episode = make_episode(
-                episode_id=episode_id(path.stem, digest, item),
-                robot_id=robot_id or f"{layout.layout}-{safe_name(path.stem)}",
-                robot_type=layout.robot_type,
-                task=text,
-                fps=layout.fps,
-                proprio=proprio,
-                action=action,
-                frames=frames,
-                tags=(f"import:{layout.layout}",),
-                source=where,
-            )
-            notes = (SpanText("instruction", text, 0, episode.step_count),) if text else ()
-            yield ImportedEpisode(episode, source=f"{layout.layout}:{where}", annotations=notes)
+            proprio, action, frames = _episode_arrays(group, layout, where, options)
+        except (OSError, KeyError, ValueError, TypeError) as err:  # h5py's errors of a damaged file
+            raise DatasetImportError(
+                f"{where} cannot be read ({type(err).__name__}: {err}): the file is damaged; restore it"
+            ) from err
+        item = name.rsplit("/", 1)[-1] if name else "episode"
+        episode = make_episode(
+            episode_id=episode_id(path.stem, digest, item),
+            robot_id=robot_id or f"{layout.layout}-{safe_name(path.stem)}",
+            robot_type=layout.robot_type,
+            task=text,
+            fps=layout.fps,
+            proprio=proprio,
+            action=action,
+            frames=frames,
+            tags=(f"import:{layout.layout}",),
+            source=where,
+            options=options,
+        )
+        notes = (SpanText("instruction", text, 0, episode.step_count),) if text else ()
+        yield ImportedEpisode(episode, source=f"{layout.layout}:{where}", annotations=notes)
+
+
+def _episode_arrays(
+    group: Any, layout: Hdf5Mapping, where: str, options: ImportOptions
+) -> tuple[np.ndarray, np.ndarray, dict[str, np.ndarray]]:
+    """(proprio [T, D], action, camera frames) of one episode, every array checked to have the
+    same T (and robomimic's `num_samples` attribute, when present)."""
+    parts = {key: _array(group, key, where, options) for key in layout.proprio}
+    action = _array(group, layout.action, where, options)
+    frames = {cam: _frames(group, key, where, options) for cam, key in layout.cameras.items()}
+    lengths = {key: len(a) for key, a in parts.items()}
+    lengths[layout.action] = len(action)
+    lengths.update({layout.cameras[cam]: len(f) for cam, f in frames.items()})
+    declared = group.attrs.get("num_samples") if hasattr(group, "attrs") else None
+    if declared is not None:
+        lengths["num_samples (attribute)"] = int(declared)
+    if len(set(lengths.values())) > 1:
+        raise DatasetImportError(
+            f"{where}: arrays of different lengths {lengths}; every array of an episode must have one "
+            "row per step: the file is damaged or the episode was cut while recording"
+        )
+    proprio = np.concatenate([a.reshape(len(a), -1) for a in parts.values()], axis=1)
+    return proprio, action, frames
 
 
 def _episode_groups(h5: Any, pattern: str) -> list[str]:
@@ -263,11 +314,11 @@ def _episode_groups(h5: Any, pattern: str) -> list[str]:
     return [f"{parent}/{k}" if parent else k for k in names]
 
 
-def _frames(group: Any, key: str, where: str) -> np.ndarray:
+def _frames(group: Any, key: str, where: str, options: ImportOptions) -> np.ndarray:
     """uint8 [T, H, W, 3] frames of `key`; ALOHA's compressed recordings (`compress` set on the
     file: each row a JPEG padded to the longest, `compress_len` [cameras, T] the true lengths)
     are decoded here."""
-    frames = _array(group, key, where)
+    frames = _array(group, key, where, options)
     if frames.ndim != 2 or frames.dtype != np.uint8:
         return frames
     import io
@@ -283,14 +334,27 @@ def _frames(group: Any, key: str, where: str) -> np.ndarray:
         size = int(lengths[t]) if lengths is not None else len(row)
         try:
             decoded.append(np.asarray(Image.open(io.BytesIO(row[:size].tobytes())).convert("RGB")))
-        except OSError as err:
+        except (OSError, ValueError, Image.DecompressionBombError) as err:
             raise DatasetImportError(
                 f"{where}: {key} row {t} is neither a frame nor a JPEG/PNG: {err}"
             ) from err
-    return np.stack(decoded)
+    try:
+        return np.stack(decoded)
+    except ValueError as err:
+        raise DatasetImportError(f"{where}: {key}'s frames differ in size: {err}") from err
 
 
-def _array(group: Any, key: str, where: str) -> np.ndarray:
-    if key not in group:
+def _array(group: Any, key: str, where: str, options: ImportOptions) -> np.ndarray:
+    """A dataset's values, its declared size checked before anything is read."""
+    import h5py
+
+    if key not in group or not isinstance(group[key], h5py.Dataset):
         raise DatasetImportError(f"{where}: no dataset {key!r}; it has {sorted(group)}")
-    return np.asarray(group[key][()])
+    dataset = group[key]
+    options.check_bytes(
+        f"{where}: dataset {key!r}", int(dataset.size) * dataset.dtype.itemsize, dataset.shape
+    )
+    values = np.asarray(dataset[()])
+    if values.ndim == 0:
+        raise DatasetImportError(f"{where}: dataset {key!r} is a scalar, not one row per step")
+    return values

@@ -40,6 +40,7 @@ import pyarrow.parquet as pq
 from pi_jobs.importing._episodes import (
     DatasetImportError,
     ImportedEpisode,
+    ImportOptions,
     SpanText,
     episode_id,
     make_episode,
@@ -47,6 +48,29 @@ from pi_jobs.importing._episodes import (
 )
 
 _IMAGES_PREFIX = "observation.images."
+# columns every LeRobot data file has that the lake keeps in its own form (the step index, the
+# rate's timestamps, the task as annotations) or needs no column for (global indexes)
+_BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
+# how far the timestamps' rate may be from info.json's fps (float32 timestamps: well within)
+_FPS_TOLERANCE = 0.01
+_FIX = "Nothing of this import was spooled or sent"
+
+
+def _read_parquet(path: Path, what: str, options: ImportOptions | None = None) -> pa.Table:
+    """A parquet file, its declared size checked first; DatasetImportError naming the file."""
+    if not path.is_file():
+        raise DatasetImportError(f"{what} {path} is missing: restore it from the dataset's source")
+    try:
+        if options is not None:
+            meta = pq.ParquetFile(path).metadata
+            declared = sum(meta.row_group(i).total_byte_size for i in range(meta.num_row_groups))
+            options.check_bytes(f"{what} {path}", declared, f"{meta.num_rows} rows")
+        return pq.read_table(path)
+    except (OSError, pa.ArrowException, ValueError) as err:
+        raise DatasetImportError(
+            f"{what} {path} cannot be read ({type(err).__name__}: {err}): it is damaged or truncated; "
+            "restore it from the dataset's source"
+        ) from err
 
 
 def _meta_digest(root: Path) -> str:
@@ -65,7 +89,18 @@ def read_info(root: Path) -> dict[str, Any]:
     path = root / "meta" / "info.json"
     if not path.is_file():
         raise DatasetImportError(f"{root} is not a LeRobot dataset: no {path}")
-    info: dict[str, Any] = json.loads(path.read_text())
+    try:
+        info: dict[str, Any] = json.loads(path.read_text())
+        if not isinstance(info, dict):
+            raise ValueError(f"a JSON object was expected, got {type(info).__name__}")
+    except (ValueError, UnicodeDecodeError) as err:
+        raise DatasetImportError(f"{path} is not valid JSON ({err}): restore it") from err
+    fps = info.get("fps")
+    if isinstance(fps, bool) or not isinstance(fps, int | float) or not (0 < fps < 1e6):
+        raise DatasetImportError(f"{path}: fps must be a number > 0, got {fps!r}")
+    for key in ("data_path", "features"):
+        if key not in info:
+            raise DatasetImportError(f"{path} has no {key!r}: not a LeRobot v3 info.json")
     version = str(info.get("codebase_version", ""))
     if not version.startswith("v3"):
         raise DatasetImportError(
@@ -77,7 +112,7 @@ def read_info(root: Path) -> dict[str, Any]:
 
 def read_tasks(root: Path) -> dict[int, str]:
     """task_index -> task string (meta/tasks.parquet: a pandas frame indexed by the task)."""
-    table = pq.read_table(root / "meta" / "tasks.parquet")
+    table = _read_parquet(root / "meta" / "tasks.parquet", "the tasks file")
     names = [
         c
         for c in table.column_names
@@ -100,7 +135,16 @@ def read_episodes_meta(root: Path) -> pa.Table:
     files = sorted((root / "meta" / "episodes").rglob("*.parquet"))
     if not files:
         raise DatasetImportError(f"{root} has no meta/episodes/chunk-*/file-*.parquet")
-    table = pa.concat_tables([pq.read_table(f) for f in files], promote_options="default")
+    table = pa.concat_tables(
+        [_read_parquet(f, "the episodes metadata file") for f in files], promote_options="default"
+    )
+    missing = [
+        c
+        for c in ("episode_index", "length", "data/chunk_index", "data/file_index")
+        if c not in table.column_names
+    ]
+    if missing:
+        raise DatasetImportError(f"{root}/meta/episodes lacks columns {missing}: not LeRobot v3 metadata")
     return table.sort_by("episode_index")
 
 
@@ -111,43 +155,58 @@ def read_lerobot(
     robot_id: str | None = None,
     state_key: str = "observation.state",
     action_key: str = "action",
+    options: ImportOptions | None = None,
 ) -> Iterator[ImportedEpisode]:
     """The episodes of a LeRobot v3 dataset at `root`, in episode_index order, one at a time.
 
+    info.json is checked against the data, never believed: a feature's shape against the
+    arrays, `fps` against the timestamps, `total_episodes`/`total_frames` against the metadata,
+    each episode's `length` against its rows and video frames, a camera's declared size against
+    its decoded frames. A disagreement is refused with both values named. A feature the lake has
+    no column for is refused unless `options.drop_features` names it.
+
     Raises:
-        DatasetImportError: not a v3 dataset, a feature or file missing, a video segment with
-            another frame count than the episode's length (the message names the file).
+        DatasetImportError: not a v3 dataset, a feature or file missing or damaged, info.json
+            disagreeing with the data, an unknown feature (the message names the file and fix).
 
     Example:
         >>> [e.episode.step_count for e in read_lerobot(Path("so100_pick"))][:3]
         [301, 287, 295]
     """
     root = Path(root)
+    options = options or ImportOptions()
     info = read_info(root)
-    features: dict[str, Any] = info.get("features", {})
+    features: dict[str, Any] = info["features"]
     for key in (state_key, action_key):
         if key not in features:
             raise DatasetImportError(f"{root}: no feature {key!r}; features are {sorted(features)}")
     fps = float(info["fps"])
     videos = sorted(k for k, f in features.items() if f.get("dtype") == "video")
     images = sorted(k for k, f in features.items() if f.get("dtype") == "image")
+    _check_features(root, features, {state_key, action_key, *videos, *images}, options)
     tasks = read_tasks(root)
     meta = read_episodes_meta(root)
+    _check_totals(root, info, meta)
     digest = _meta_digest(root)
     kind = robot_type or info.get("robot_type") or "unknown"
     data_files: dict[str, pa.Table] = {}
     for row in meta.to_pylist():
         index = int(row["episode_index"])
         where = f"{root}#episode {index}"
-        rows = _episode_rows(root, info, row, data_files, [state_key, action_key, *images])
+        rows, path = _episode_rows(root, info, row, data_files, [state_key, action_key, *images], options)
         length = int(row["length"])
         if rows.num_rows != length:
-            raise DatasetImportError(f"{where}: {rows.num_rows} data rows for length {length}")
-        proprio = np.asarray(rows.column(state_key).to_pylist(), dtype=np.float32)
-        action = np.asarray(rows.column(action_key).to_pylist(), dtype=np.float32)
+            raise DatasetImportError(
+                f"{where}: meta/episodes says length {length}, {path} holds {rows.num_rows} rows of it"
+            )
+        proprio = _vectors(rows, state_key, features, path, where)
+        action = _vectors(rows, action_key, features, path, where)
+        _check_rate(rows, fps, path, where)
         frames = {_camera(k): _decode_images(rows.column(k), where) for k in images}
         for key in videos:
-            frames[_camera(key)] = _decode_segment(root, info, key, row, length, fps, where)
+            frames[_camera(key)] = _decode_segment(root, info, key, row, length, fps, where, options)
+        for key in (*images, *videos):
+            _check_frame_shape(features[key], frames[_camera(key)], key, where)
         task_ids = rows.column("task_index").to_pylist() if "task_index" in rows.column_names else []
         spans = _task_spans(task_ids, tasks)
         episode = make_episode(
@@ -161,8 +220,86 @@ def read_lerobot(
             frames=frames,
             tags=("import:lerobot",),
             source=where,
+            options=options,
         )
         yield ImportedEpisode(episode, source=f"lerobot:{where}", annotations=tuple(spans))
+
+
+def _check_features(root: Path, features: dict[str, Any], used: set[str], options: ImportOptions) -> None:
+    unknown = sorted(set(features) - used - set(_BOOKKEEPING) - set(options.drop_features))
+    if unknown:
+        raise DatasetImportError(
+            f"{root}: features {unknown} have no column in the lake (it keeps observation.state as the "
+            "proprio, action, and the cameras); pass --drop-feature NAME for each to import without "
+            "them (recorded nowhere), or fold them into observation.state first"
+        )
+    typos = sorted(set(options.drop_features) - set(features))
+    if typos:
+        raise DatasetImportError(
+            f"{root}: --drop-feature {typos} names no feature; features are {sorted(features)}"
+        )
+    overlap = sorted(set(options.drop_features) & used)
+    if overlap:
+        raise DatasetImportError(
+            f"{root}: --drop-feature {overlap} is a feature the lake keeps; it cannot be dropped"
+        )
+
+
+def _check_totals(root: Path, info: dict[str, Any], meta: pa.Table) -> None:
+    episodes, frames = meta.num_rows, sum(int(v) for v in meta.column("length").to_pylist())
+    for key, found in (("total_episodes", episodes), ("total_frames", frames)):
+        said = info.get(key)
+        if said is not None and said != found:
+            raise DatasetImportError(
+                f"{root}/meta/info.json says {key} {said}, meta/episodes holds {found}: the dataset is "
+                "incomplete or its info.json is wrong; restore it or correct info.json"
+            )
+
+
+def _vectors(rows: pa.Table, key: str, features: dict[str, Any], path: str, where: str) -> np.ndarray:
+    """The [T, D] float32 values of `key`, checked against info.json's shape for it."""
+    try:
+        values = np.asarray(rows.column(key).to_pylist(), dtype=np.float32)
+    except (ValueError, TypeError) as err:  # ragged rows, nulls, strings
+        raise DatasetImportError(
+            f"{where}: {path} column {key} is not a [T, D] array of numbers: {err}"
+        ) from err
+    if values.ndim == 1:
+        values = values[:, None]
+    declared = features[key].get("shape")
+    width = int(np.prod(values.shape[1:]))
+    if isinstance(declared, list) and int(np.prod(declared)) != width:
+        raise DatasetImportError(
+            f"{where}: meta/info.json says {key} has shape {declared}, the rows of {path} have {width} "
+            f"values: correct info.json's shape (or the data)"
+        )
+    return values.reshape(len(values), width)
+
+
+def _check_rate(rows: pa.Table, fps: float, path: str, where: str) -> None:
+    if "timestamp" not in rows.column_names or rows.num_rows < 2:
+        return
+    steps = np.diff(np.asarray(rows.column("timestamp").to_pylist(), dtype=np.float64))
+    step = float(np.median(steps))
+    if not step > 0 or abs(1.0 / step - fps) > _FPS_TOLERANCE * fps:
+        rate = f"{1.0 / step:.3f} fps" if step > 0 else "no rate"
+        raise DatasetImportError(
+            f"{where}: meta/info.json says fps {fps:g}, the timestamps in {path} step by {step:.6f} s "
+            f"({rate}): correct info.json's fps (the lake records the rate as control_rate_hz)"
+        )
+
+
+def _check_frame_shape(feature: dict[str, Any], frames: np.ndarray, key: str, where: str) -> None:
+    shape, names = feature.get("shape"), feature.get("names")
+    if not isinstance(shape, list) or len(shape) != 3:
+        return
+    channels_first = names == ["channels", "height", "width"]
+    declared = (shape[1], shape[2]) if channels_first else (shape[0], shape[1])
+    if tuple(frames.shape[1:3]) != tuple(declared):
+        raise DatasetImportError(
+            f"{where}: meta/info.json says {key} is {declared[1]}x{declared[0]} (width x height), its "
+            f"frames are {frames.shape[2]}x{frames.shape[1]}: correct info.json's shape"
+        )
 
 
 def _camera(key: str) -> str:
@@ -170,21 +307,24 @@ def _camera(key: str) -> str:
 
 
 def _episode_rows(
-    root: Path, info: dict[str, Any], row: dict[str, Any], cache: dict[str, pa.Table], columns: list[str]
-) -> pa.Table:
+    root: Path,
+    info: dict[str, Any],
+    row: dict[str, Any],
+    cache: dict[str, pa.Table],
+    columns: list[str],
+    options: ImportOptions,
+) -> tuple[pa.Table, str]:
     path = info["data_path"].format(chunk_index=row["data/chunk_index"], file_index=row["data/file_index"])
     if path not in cache:
-        if not (root / path).is_file():
-            raise DatasetImportError(f"{root}: episode {row['episode_index']}'s data file {path} is missing")
         cache.clear()  # episodes are in file order: one data file in memory at a time
-        cache[path] = pq.read_table(root / path)
+        cache[path] = _read_parquet(root / path, f"episode {row['episode_index']}'s data file", options)
     table = cache[path]
-    missing = [c for c in columns if c not in table.column_names]
+    missing = [c for c in [*columns, "episode_index"] if c not in table.column_names]
     if missing:
         raise DatasetImportError(f"{root}/{path} lacks columns {missing}")
     mine = table.filter(pc.equal(table.column("episode_index"), row["episode_index"]))
     order = "frame_index" if "frame_index" in mine.column_names else "index"
-    return mine.sort_by(order)
+    return (mine.sort_by(order) if order in mine.column_names else mine), path
 
 
 def _task_spans(task_ids: list[Any], tasks: dict[int, str]) -> list[SpanText]:
@@ -209,12 +349,25 @@ def _decode_images(column: pa.ChunkedArray, where: str) -> np.ndarray:
             raise DatasetImportError(
                 f"{where}: an image cell holds no bytes (a path-only image is not supported)"
             )
-        out.append(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
-    return np.stack(out)
+        try:
+            out.append(np.asarray(Image.open(io.BytesIO(data)).convert("RGB")))
+        except (OSError, ValueError, Image.DecompressionBombError) as err:
+            raise DatasetImportError(f"{where}: an image cell cannot be decoded: {err}") from err
+    try:
+        return np.stack(out)
+    except ValueError as err:
+        raise DatasetImportError(f"{where}: the images of one camera differ in size: {err}") from err
 
 
 def _decode_segment(
-    root: Path, info: dict[str, Any], key: str, row: dict[str, Any], length: int, fps: float, where: str
+    root: Path,
+    info: dict[str, Any],
+    key: str,
+    row: dict[str, Any],
+    length: int,
+    fps: float,
+    where: str,
+    options: ImportOptions,
 ) -> np.ndarray:
     """The `length` frames of camera `key` from `from_timestamp` on, decoded from its file."""
     import av
@@ -225,10 +378,21 @@ def _decode_segment(
         file_index=row[f"videos/{key}/file_index"],
     )
     start = float(row[f"videos/{key}/from_timestamp"])
+    if not (root / path).is_file():
+        raise DatasetImportError(
+            f"{where}: camera {key}'s video file {root / path} is missing: restore it from the "
+            "dataset's source"
+        )
     frames: list[np.ndarray] = []
     try:
         with av.open(str(root / path)) as container:
+            if not container.streams.video:
+                raise DatasetImportError(f"{where}: {root / path} holds no video stream")
             stream = container.streams.video[0]
+            width, height = stream.codec_context.width, stream.codec_context.height
+            options.check_bytes(
+                f"{where}: {root / path}", width * height * 3 * length, (length, height, width, 3)
+            )
             stream.thread_type = "AUTO"  # AV1 decodes faster threaded (ARCHITECTURE.md video notes)
             if start > 0 and stream.time_base is not None:
                 container.seek(int(start / float(stream.time_base)), stream=stream, backward=True)
@@ -238,10 +402,13 @@ def _decode_segment(
                 frames.append(frame.to_ndarray(format="rgb24"))
                 if len(frames) == length:
                     break
-    except (av.FFmpegError, OSError) as err:
-        raise DatasetImportError(f"{where}: cannot decode {root / path}: {err}") from err
+    except (av.FFmpegError, OSError, ValueError) as err:
+        raise DatasetImportError(
+            f"{where}: cannot decode {root / path}: {err}; the file is damaged: restore it"
+        ) from err
     if len(frames) != length:
         raise DatasetImportError(
-            f"{where}: {root / path} holds {len(frames)} frames from {start:.3f} s, the episode has {length}"
+            f"{where}: {root / path} holds {len(frames)} frames from {start:.3f} s, the episode has "
+            f"{length}: the video is truncated or meta/episodes is wrong; restore it"
         )
     return np.stack(frames)

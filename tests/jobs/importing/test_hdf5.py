@@ -10,7 +10,7 @@ import h5py
 import numpy as np
 import pytest
 from pi_format.video import decode_container
-from pi_jobs.importing import DatasetImportError, Hdf5Mapping, read_hdf5
+from pi_jobs.importing import DatasetImportError, Hdf5Mapping, ImportOptions, read_hdf5
 
 from tests.fixtures.hdf5_files import frames, write_aloha, write_robomimic
 
@@ -42,7 +42,10 @@ def test_aloha_layout_keeps_the_frames_within_the_codec(tmp_path: Path) -> None:
     assert ep.meta.robot_type == "aloha" and ep.meta.control_rate_hz == 50.0 and ep.proprio_dim == 14
     assert ep.meta.task == "transfer the cube" and item.annotations[0].kind == "instruction"
     decoded = np.stack([f.to_ndarray(format="rgb24") for f in decode_container(ep.camera("top").data)])
-    assert decoded.shape == (12, 24, 32, 3)
+    # a 4:3 camera is letterboxed to the lake's 1:1 by default (4-row black bars), and says so
+    assert decoded.shape == (12, 32, 32, 3) and decoded[:, :3].mean() < 8 and decoded[:, 29:].mean() < 8
+    assert "resize:letterbox" in ep.meta.tags and "camera-size:top=32x24" in ep.meta.tags
+    decoded = decoded[:, 4:28]
     # H.264 at crf 18 in yuv420p (chroma at half resolution, BT.601 limited range): within the
     # codec's tolerance, not equal
     error = decoded.astype(float) - frames(12, 24, 32, 3).astype(float)
@@ -52,7 +55,8 @@ def test_aloha_layout_keeps_the_frames_within_the_codec(tmp_path: Path) -> None:
 
 def test_compressed_aloha_recordings_are_decoded(tmp_path: Path) -> None:
     path = write_aloha(tmp_path / "episode_3.hdf5", steps=8, seed=2, compress=True)
-    (item,) = list(read_hdf5(path))
+    (item,) = list(read_hdf5(path, options=ImportOptions(resize="stretch")))
+    assert "resize:stretch" in item.episode.meta.tags
     decoded = np.stack(
         [f.to_ndarray(format="rgb24") for f in decode_container(item.episode.camera("top").data)]
     )
