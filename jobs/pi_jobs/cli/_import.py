@@ -4,6 +4,10 @@ starts the broker when it is not running (and stops it after), sends the episode
 stream job until the topic is idle and waits for the lake's confirmations. With `--no-stream`
 it only sends them and waits for the stream job that is already running (`pilake stream`):
 never run both on one broker's topic.
+
+All or nothing: the whole dataset is read and checked before anything is sent (a damaged file
+exits 1 naming it, with nothing spooled), each import has its own spool under
+`$PILAKE_HOME/spool-import/`, and rerunning an import resumes what it left pending.
 """
 
 from __future__ import annotations
@@ -11,8 +15,12 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pi_jobs.settings import Settings
+
+if TYPE_CHECKING:
+    from pi_jobs.importing import ImportOptions
 
 
 def _run(settings: Settings, args: argparse.Namespace, episodes: Iterator[object]) -> int:
@@ -53,9 +61,24 @@ def _run(settings: Settings, args: argparse.Namespace, episodes: Iterator[object
     return 0 if not report.pending else 2
 
 
+def _options(settings: Settings, args: argparse.Namespace) -> ImportOptions:
+    from pi_jobs.importing import ImportOptions
+    from pi_jobs.stream.config import stream_config
+
+    featurize = stream_config(settings).featurize
+    return ImportOptions(
+        resize=args.resize,
+        target_width=featurize.video_width,
+        target_height=featurize.video_height,
+        max_array_bytes=int(args.max_array_mb * 2**20),
+        drop_features=tuple(getattr(args, "drop_feature", None) or ()),
+    )
+
+
 def _cmd_hdf5(settings: Settings, args: argparse.Namespace) -> int:
     from pi_jobs.importing import Hdf5Mapping, read_hdf5
 
+    options = _options(settings, args)
     mapping = Hdf5Mapping.from_toml(Path(args.mapping)) if args.mapping else None
 
     def episodes() -> Iterator[object]:
@@ -67,6 +90,7 @@ def _cmd_hdf5(settings: Settings, args: argparse.Namespace) -> int:
                 robot_type=args.robot_type,
                 task=args.task,
                 robot_id=args.robot_id,
+                options=options,
             )
 
     return _run(settings, args, episodes())
@@ -75,9 +99,13 @@ def _cmd_hdf5(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_lerobot(settings: Settings, args: argparse.Namespace) -> int:
     from pi_jobs.importing.lerobot import read_lerobot
 
-    return _run(
-        settings, args, read_lerobot(Path(args.dir), robot_type=args.robot_type, robot_id=args.robot_id)
+    episodes = read_lerobot(
+        Path(args.dir),
+        robot_type=args.robot_type,
+        robot_id=args.robot_id,
+        options=_options(settings, args),
     )
+    return _run(settings, args, episodes)
 
 
 def _common(p: argparse.ArgumentParser) -> None:
@@ -86,6 +114,20 @@ def _common(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-stream", action="store_true", help="send only; a running `pilake stream` commits")
     p.add_argument("--wait-s", type=float, default=600.0, help="how long to wait for confirmations")
     p.add_argument("--source", default="import", help="the source recorded with imported annotations")
+    p.add_argument(
+        "--resize",
+        choices=["letterbox", "center-crop", "stretch"],
+        default="letterbox",
+        help="fit cameras of another aspect ratio than the lake's video: letterbox (default: black bars, "
+        "nothing lost or distorted), center-crop (edges cut), stretch (shapes distorted); recorded "
+        "per episode in its tags",
+    )
+    p.add_argument(
+        "--max-array-mb",
+        type=float,
+        default=4096.0,
+        help="refuse an array (HDF5 dataset, data file, a camera's decoded episode) declared larger (MiB)",
+    )
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -101,5 +143,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     h.set_defaults(func=_cmd_hdf5)
     r = isub.add_parser("lerobot", help="a LeRobot v3 dataset directory (tasks become instructions)")
     r.add_argument("dir")
+    r.add_argument(
+        "--drop-feature",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="import without this feature, which the lake has no column for (repeatable); "
+        "without it such a feature is refused",
+    )
     _common(r)
     r.set_defaults(func=_cmd_lerobot)

@@ -226,13 +226,6 @@ def read_lerobot(
 
 
 def _check_features(root: Path, features: dict[str, Any], used: set[str], options: ImportOptions) -> None:
-    unknown = sorted(set(features) - used - set(_BOOKKEEPING) - set(options.drop_features))
-    if unknown:
-        raise DatasetImportError(
-            f"{root}: features {unknown} have no column in the lake (it keeps observation.state as the "
-            "proprio, action, and the cameras); pass --drop-feature NAME for each to import without "
-            "them (recorded nowhere), or fold them into observation.state first"
-        )
     typos = sorted(set(options.drop_features) - set(features))
     if typos:
         raise DatasetImportError(
@@ -242,6 +235,13 @@ def _check_features(root: Path, features: dict[str, Any], used: set[str], option
     if overlap:
         raise DatasetImportError(
             f"{root}: --drop-feature {overlap} is a feature the lake keeps; it cannot be dropped"
+        )
+    unknown = sorted(set(features) - used - set(_BOOKKEEPING) - set(options.drop_features))
+    if unknown:
+        raise DatasetImportError(
+            f"{root}: features {unknown} have no column in the lake (it keeps observation.state as the "
+            "proprio, action, and the cameras); pass --drop-feature NAME for each to import without "
+            "them (recorded nowhere), or fold them into observation.state first"
         )
 
 
