@@ -30,6 +30,7 @@ from pi_catalog._connection import ServerLocation, connect, parse_location
 from pi_catalog._engine import Engine, embedded, release
 from pi_catalog._errors import CatalogQueryError
 from pi_catalog._parts import keep_parts_bounded
+from pi_catalog._reader import IsolatedReader, isolated_reader
 from pi_catalog._rebuild import (
     LakeEpisodes,
     RebuildReport,
@@ -150,6 +151,24 @@ class Catalog(SnapshotsMixin, AnnotationsMixin):
                 yield self
             finally:
                 self._held = None
+
+    @contextlib.contextmanager
+    def isolated_reader(self, settings: Mapping[str, object]) -> Iterator[IsolatedReader]:
+        """A reader whose queries run beside this process's other catalog calls (neither
+        waiting for them nor holding them up) under `settings`, applied in order to every query
+        (put `readonly` last: at readonly = 1 no later setting may change). On chdb it is a
+        handle of its own on the process's engine (chdb 4.x runs handles in parallel); on a
+        server, a client of its own.
+
+        Raises:
+            ValueError: a setting name that is not a lower-case word.
+
+        Example:
+            >>> with catalog.isolated_reader({"max_execution_time": 10, "readonly": 1}) as reader:
+            ...     reader.query_arrow("SELECT count() AS n FROM episodes")
+        """
+        with isolated_reader(self._target, self.location, self.lock_timeout_s, settings) as reader:
+            yield reader
 
     @contextlib.contextmanager
     def _session(self) -> Iterator[_Session]:

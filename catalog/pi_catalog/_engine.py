@@ -56,6 +56,8 @@ class Engine:
         self.users = 0
         self.ensured: set[str] = set()
         self.inserts = 0
+        # idle side handles (`side_handle`) by the settings they were prepared with
+        self.side: dict[tuple[tuple[str, str], ...], list[Any]] = {}
 
 
 _mutex = threading.RLock()
@@ -140,6 +142,11 @@ def _close_current() -> None:
     engine, _current = _current, None
     if engine is None:
         return
+    for handles in engine.side.values():
+        for handle in handles:
+            with contextlib.suppress(Exception):
+                handle.close()
+    engine.side.clear()
     try:
         engine.client.close()
     except Exception as err:  # nothing to do about it; the lock must go anyway
@@ -191,6 +198,56 @@ def embedded(path: str, location: str, timeout_s: float) -> Iterator[Engine]:
                 _close_current()
 
 
+@contextlib.contextmanager
+def side_handle(
+    path: str, location: str, timeout_s: float, settings: tuple[tuple[str, str], ...]
+) -> Iterator[Any]:
+    """A chdb connection handle of its own on the process's engine, `SET` to `settings` in
+    order, for reads that must neither wait for the process's other calls nor hold them up.
+
+    chdb 4.x runs queries on separate handles of one engine in parallel (and releases the GIL
+    meanwhile), and `SET` is per handle: a handle set to `readonly = 1` stays so, and leaves the
+    engine's main client as it was. The handle counts as a user of the engine while it is held
+    (the engine is not handed to another process under it) but holds no mutex: other calls of
+    the process run beside it. A handle whose query failed is closed, not reused (chdb 4.4 hands
+    a timed-out query's left-over output to the handle's next query); idle ones are kept for
+    the next caller and closed with the engine.
+
+    Example:
+        >>> with side_handle("/data/catalog", "/data/catalog", 60.0, (("readonly", "1"),)) as h:
+        ...     h.query("SELECT count() FROM episodes", "ArrowTable")
+    """
+    with _mutex:
+        engine = _current
+        if engine is None or engine.path != path:
+            _close_current()
+            engine = _open(path, location, timeout_s)
+        engine.users += 1
+        idle = engine.side.setdefault(settings, [])
+        handle = idle.pop() if idle else None
+    ok = False
+    try:
+        if handle is None:
+            import chdb
+
+            handle = chdb.connect(path)
+            for name, value in settings:
+                handle.query(f"SET {name} = {value}")
+        yield handle
+        ok = True
+    finally:
+        with _mutex:
+            engine.users -= 1
+            if handle is not None:
+                if ok and _current is engine:
+                    engine.side.setdefault(settings, []).append(handle)
+                else:
+                    with contextlib.suppress(Exception):
+                        handle.close()
+            if engine.users == 0 and _current is engine and _others_waiting(engine):
+                _close_current()
+
+
 def release(path: str | None = None) -> bool:
     """Close the process's engine (only if it is on `path`, when given) and release its lock.
     Returns whether one was closed. The next call opens it again.
@@ -220,6 +277,7 @@ def _after_fork_in_child() -> None:
         if finalizer is not None and hasattr(finalizer, "detach"):
             finalizer.detach()  # clickhouse-connect would close the parent's handle at exit
         _orphans.append(engine.client)
+        _orphans.extend(h for handles in engine.side.values() for h in handles)
         for fd in (engine.lock_fd, engine.wait_fd):
             with contextlib.suppress(OSError):
                 os.close(fd)

@@ -13,26 +13,35 @@ Example:
 """
 
 from pi_jobs.ui._app import create_app
-from pi_jobs.ui._errors import NotFound, PathRefused, QueryRefused, UiError
+from pi_jobs.ui._errors import NotFound, PathRefused, QueryBusy, QueryRefused, UiError
 from pi_jobs.ui._rerun import write_rerun
+from pi_jobs.ui._runner import QueryGate, SqlRunner, query_settings
+from pi_jobs.ui._screen import EngineFunctions, screen_ast
 from pi_jobs.ui._serve import serve, url_of
-from pi_jobs.ui._sql import QueryResult, check_select, run_select, wrap_select
+from pi_jobs.ui._sql import QueryResult, check_select, run_select, screen, wrap_select
 from pi_jobs.ui._video import remux_mp4, safe_join
 from pi_jobs.ui.config import UiConfig, is_loopback
 
 __all__ = [
+    "EngineFunctions",
     "NotFound",
     "PathRefused",
+    "QueryBusy",
+    "QueryGate",
     "QueryRefused",
     "QueryResult",
+    "SqlRunner",
     "UiConfig",
     "UiError",
     "check_select",
     "create_app",
     "is_loopback",
+    "query_settings",
     "remux_mp4",
     "run_select",
     "safe_join",
+    "screen",
+    "screen_ast",
     "serve",
     "url_of",
     "wrap_select",

@@ -19,8 +19,8 @@ from urllib.parse import quote, urlencode
 from pi_format import LakeLayout
 
 from pi_jobs.ui import _ops, _reads
-from pi_jobs.ui._errors import NotFound, PathRefused, QueryRefused
-from pi_jobs.ui._sql import run_select
+from pi_jobs.ui._errors import NotFound, PathRefused, QueryBusy, QueryRefused
+from pi_jobs.ui._runner import SqlRunner
 from pi_jobs.ui._video import cached_mp4, safe_join
 from pi_jobs.ui.config import UiConfig, is_loopback
 
@@ -36,6 +36,8 @@ _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "media-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
+# Pages past this are empty on any lake this UI serves (50 rows a page: 50 million rows).
+_MAX_PAGE = 1_000_000
 _EXAMPLE_SQL = (
     "SELECT episode_id, robot_id, task, success, step_count, duration_s\n"
     "FROM episodes\nORDER BY committed_at_ns DESC"
@@ -49,7 +51,9 @@ class _Pages:
         self.config = config
         self.catalog = catalog
         self.layout = LakeLayout(config.lake_root)
+        # Overview and Episode take turns on the catalog; users' SQL runs beside them (_runner)
         self.catalog_lock = threading.Lock()
+        self.sql = SqlRunner(config, catalog)
         from starlette.templating import Jinja2Templates
 
         self.templates = Jinja2Templates(directory=str(TEMPLATE_DIR))
@@ -63,8 +67,12 @@ class _Pages:
 
     @staticmethod
     def _page(request: Request) -> int:
+        """The `page` parameter: 0 when absent, malformed or negative, at most _MAX_PAGE."""
+        text = request.query_params.get("page", "0")
+        if len(text) > 12:  # int() of a long digit string costs time before it fails
+            return 0
         try:
-            return max(int(request.query_params.get("page", "0")), 0)
+            return min(max(int(text), 0), _MAX_PAGE)
         except ValueError:
             return 0
 
@@ -77,38 +85,34 @@ class _Pages:
     def query(self, request: Request) -> Response:
         sql = request.query_params.get("sql")
         page = self._page(request)
-        result, error, status = None, None, 200
+        result, error, status, headers = None, None, 200, {}
         if sql:
             from pi_catalog import CatalogQueryError
 
             try:
-                with self.catalog_lock:
-                    result = run_select(
-                        self.catalog,
-                        sql,
-                        page=page,
-                        page_size=self.config.page_size,
-                        row_cap=self.config.row_cap,
-                        timeout_s=self.config.query_timeout_s,
-                    )
+                result = self.sql.run(sql, page=page)
             except QueryRefused as err:
                 error, status = f"refused: {err}", 400
+            except QueryBusy as err:
+                error, status, headers = f"busy: {err}", 503, {"Retry-After": "5"}
             except CatalogQueryError as err:
                 error, status = f"ClickHouse: {err.detail}", 400
 
         def page_url(p: int) -> str:
             return "/query?" + urlencode({"sql": sql or "", "page": p})
 
-        return self.render(
+        response = self.render(
             request,
             "query.html",
             status,
             nav="query",
-            sql=sql or _EXAMPLE_SQL,
+            sql=(sql or _EXAMPLE_SQL)[: self.config.max_sql_chars],
             result=result,
             error=error,
             page_url=page_url,
         )
+        response.headers.update(headers)
+        return response
 
     def episode(self, request: Request) -> Response:
         episode_id = request.path_params["episode_id"]

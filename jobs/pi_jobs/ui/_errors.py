@@ -26,3 +26,8 @@ class PathRefused(UiError):
 
 class NotFound(UiError):
     """The episode, camera or pin asked for does not exist (or is not visible)."""
+
+
+class QueryBusy(UiError):
+    """The Query page runs its most queries at once and its queue is full, or a query waited
+    longer than its bound for a turn: retry in a few seconds (HTTP 503 with Retry-After)."""

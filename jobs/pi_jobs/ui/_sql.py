@@ -1,19 +1,18 @@
-"""The Query page's SQL: one SELECT over the catalog, checked, then run read-only, time-limited
-and row-capped.
+"""The Query page's SQL: one SELECT over the catalog's tables, screened, then run read-only and
+bounded on a reader of its own.
 
-Two locks, either of which suffices for the rule that matters (nothing is written): the check
-here refuses anything but one SELECT/WITH statement that changes no setting, and the statement
-ClickHouse runs is the user's query as a subquery, `SELECT * FROM (<query>) LIMIT n OFFSET m
-SETTINGS max_execution_time = t, readonly = 1`, which parses only for a SELECT and, at
-readonly = 1, refuses writes, table functions that reach files or the network, and any change
-of a setting. The settings go in the statement, not in the client: clickhouse-connect's chdb
-backend applies client settings with SET and cannot restore them once readonly is on, which
-would leave the process's catalog engine read-only for every later caller.
+Three locks, each of which must hold: the text check here refuses anything but one SELECT/WITH
+statement without SETTINGS or INTO OUTFILE; the screen (pi_jobs.ui._screen) refuses, on the
+engine's own parse of the query, every function, table function and table that is not
+classified safe (files, network, dictionaries, the server's state, system tables); and the
+statement runs on an isolated reader (pi_catalog `Catalog.isolated_reader`) whose settings
+(`query_settings`: time, memory, result and thread limits, then readonly = 1) the query cannot
+change. The user's query runs as a subquery, `SELECT * FROM (<query>) LIMIT n OFFSET m`, which
+parses only for a SELECT.
 """
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import re
 import shlex
@@ -22,6 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pi_jobs.ui._errors import QueryRefused
+from pi_jobs.ui._screen import EngineFunctions, screen_ast
 
 _FIRST_WORDS = ("SELECT", "WITH")
 _WORD = re.compile(r"[A-Za-z_][A-Za-z_0-9]*")
@@ -30,8 +30,10 @@ _CELL_CHARS = 200
 
 
 def _code_only(sql: str) -> str:
-    """`sql` with string literals, quoted identifiers and comments blanked (same length), so the
-    checks below look at keywords and punctuation only; QueryRefused for an unclosed one."""
+    """`sql` with comments blanked and string literals and quoted identifiers filled with `0`
+    (same length), so the checks below look at keywords and punctuation only, and a query that
+    ends in a literal keeps it (filling with blanks cut it off as trailing space); QueryRefused
+    for an unclosed one."""
     out: list[str] = []
     i, n = 0, len(sql)
     while i < n:
@@ -50,7 +52,7 @@ def _code_only(sql: str) -> str:
                 j += 1
             if j >= n:
                 raise QueryRefused(f"the query has an unclosed {c} quote (from position {i})")
-            out.append(" " * (j + 1 - i))
+            out.append("0" * (j + 1 - i))
             i = j + 1
         elif sql.startswith("--", i) or c == "#":
             j = sql.find("\n", i)
@@ -109,29 +111,23 @@ def check_select(sql: str) -> str:
     return sql[: len(stripped)].strip()
 
 
-def wrap_select(sql: str, *, limit: int, offset: int, timeout_s: float) -> str:
-    """The statement ClickHouse runs for a checked query: read-only, time-limited, one page.
+def wrap_select(sql: str, *, limit: int, offset: int) -> str:
+    """The statement ClickHouse runs for a checked query: one page of it.
 
     The query sits on lines of its own, so a trailing `--` comment cannot swallow the wrapper.
+    Its settings (read-only, limits) are the reader's, not the statement's (`query_settings`).
 
     Example:
-        >>> wrap_select("SELECT 1", limit=51, offset=0, timeout_s=10.0).splitlines()[-1]
-        ') LIMIT 51 OFFSET 0 SETTINGS max_execution_time = 10, readonly = 1'
+        >>> wrap_select("SELECT 1", limit=51, offset=0).splitlines()[-1]
+        ') LIMIT 51 OFFSET 0'
     """
     if limit < 0 or offset < 0:
         raise ValueError(f"limit and offset must be >= 0, got {limit} and {offset}")
-    # readonly last: once it is 1, no other setting may change (ClickHouse applies them in order)
-    return (
-        f"SELECT * FROM (\n{sql}\n) LIMIT {int(limit)} OFFSET {int(offset)} "
-        f"SETTINGS max_execution_time = {timeout_s:g}, readonly = 1"
-    )
+    return f"SELECT * FROM (\n{sql}\n) LIMIT {int(limit)} OFFSET {int(offset)}"
 
 
-def _count_sql(sql: str, timeout_s: float, cap: int) -> str:
-    return (
-        f"SELECT count() AS n FROM (SELECT 1 FROM (\n{sql}\n) LIMIT {int(cap) + 1}) "
-        f"SETTINGS max_execution_time = {timeout_s:g}, readonly = 1"
-    )
+def _count_sql(sql: str, cap: int) -> str:
+    return f"SELECT count() AS n FROM (SELECT 1 FROM (\n{sql}\n) LIMIT {int(cap) + 1})"
 
 
 @dataclass(frozen=True, slots=True)
@@ -180,43 +176,57 @@ def cell(value: Any) -> str:
     return text if len(text) <= _CELL_CHARS else text[:_CELL_CHARS] + "…"
 
 
-def _drain(catalog: Any) -> None:
-    """After a query stopped by max_execution_time, chdb 4.4 hands its left-over output to the
-    next query of the process, which then fails to parse ("flatbuffer size ... invalid"; seen
-    here, tests/jobs/ui/test_sql.py): one throwaway query takes it."""
-    with contextlib.suppress(Exception):
-        catalog.query_arrow("SELECT 1 AS drained")
+def screen(reader: Any, sql: str, functions: EngineFunctions) -> str:
+    """`sql` checked as text (`check_select`) and as the engine parses it (`screen_ast`): the
+    statement to run, or QueryRefused.
+
+    Example:
+        >>> screen(reader, "SELECT FiLe('/etc/passwd')", functions)
+        Traceback (most recent call last):
+        QueryRefused: function 'FiLe' reads the filesystem; ...
+    """
+    from pi_catalog import CatalogQueryError
+
+    checked = check_select(sql)
+    try:
+        explain = reader.query_arrow(f"EXPLAIN AST\n{checked}")
+    except CatalogQueryError as err:
+        raise QueryRefused(f"ClickHouse cannot parse the query: {_first_line(err.detail)}") from err
+    screen_ast("\n".join(str(v) for v in explain.column(0).to_pylist()), functions)
+    return checked
+
+
+def _first_line(message: str) -> str:
+    return message.strip().splitlines()[0][:500] if message.strip() else "(no message)"
 
 
 def run_select(
-    catalog: Any, sql: str, *, page: int, page_size: int, row_cap: int, timeout_s: float
+    reader: Any, sql: str, *, functions: EngineFunctions, page: int, page_size: int, row_cap: int
 ) -> QueryResult:
-    """Check `sql`, then run one page of it (and its capped row count) on `catalog`.
+    """Screen `sql` (`screen`), then run one page of it (and its capped row count) on `reader`,
+    a pi_catalog IsolatedReader whose settings (`query_settings`) make it read-only and bounded.
 
     Raises:
-        QueryRefused: `check_select` refused it, or the page is past the row cap.
-        pi_catalog.CatalogQueryError: ClickHouse refused or failed it (message attached).
+        QueryRefused: the screen refused it, or the page is past the row cap.
+        pi_catalog.CatalogQueryError: ClickHouse refused or failed it (a limit, a timeout, a
+            wrong column; its message attached).
 
     Example:
-        >>> run_select(Catalog("/data/catalog"), "SELECT episode_id FROM episodes", page=0,
-        ...            page_size=50, row_cap=10_000, timeout_s=10).total_rows
+        >>> with Catalog("/data/catalog").isolated_reader(query_settings(config)) as reader:
+        ...     run_select(reader, "SELECT episode_id FROM episodes", functions=EngineFunctions.read(reader),
+        ...                page=0, page_size=50, row_cap=10_000).total_rows
         1234
     """
-    checked = check_select(sql)
     if page < 0:
         raise QueryRefused(f"page must be >= 0, got {page}")
     offset = page * page_size
     if offset >= row_cap:
         raise QueryRefused(f"page {page} starts past the row cap ({row_cap} rows); narrow the query")
+    checked = screen(reader, sql, functions)
     limit = min(page_size, row_cap - offset)
     started = time.perf_counter()
-    try:
-        table = catalog.query_arrow(wrap_select(checked, limit=limit, offset=offset, timeout_s=timeout_s))
-        total = int(catalog.query_arrow(_count_sql(checked, timeout_s, row_cap)).column("n")[0].as_py())
-    except Exception as err:
-        if "TIMEOUT_EXCEEDED" in str(err) or "Timeout exceeded" in str(err):
-            _drain(catalog)
-        raise
+    table = reader.query_arrow(wrap_select(checked, limit=limit, offset=offset))
+    total = int(reader.query_arrow(_count_sql(checked, row_cap)).column("n")[0].as_py())
     elapsed = (time.perf_counter() - started) * 1e3
     columns = [table.column(i).to_pylist() for i in range(table.num_columns)]
     rows = tuple(tuple(cell(v) for v in row) for row in zip(*columns, strict=True))

@@ -44,6 +44,14 @@ class UiConfig:
         row_cap: most rows a Query page shows (the query is wrapped in LIMIT row_cap + 1).
         query_timeout_s: ClickHouse's max_execution_time for a user's query.
         page_size: rows per page of the Query, Quarantine and Pins pages.
+        query_memory_bytes: ClickHouse's max_memory_usage for a user's query.
+        query_threads: ClickHouse's max_threads for a user's query.
+        query_result_rows, query_result_bytes: most rows / bytes a statement of the Query page
+            may return (a page, its count, the parse tree the screen reads); more is an error.
+        max_running_queries: users' queries that run at once.
+        max_waiting_queries: more that wait for a turn; beyond them a query is refused at once.
+        query_wait_s: how long a query waits for a turn before it is refused (HTTP 503).
+        max_sql_chars: the longest query text the Query page takes.
 
     Raises:
         ValueError: a bad port, limit, or a non-loopback host without a token.
@@ -67,6 +75,24 @@ class UiConfig:
     query_timeout_s: float = 10.0
     # 50 rows per page keeps every page small on a 100k-episode lake (benchmarks/ui).
     page_size: int = 50
+    # 512 MiB: a GROUP BY over the whole catalog of 100k episodes needs tens of MB; a groupArray
+    # over 1e8 rows took the UI from 0.7 to 2.6 GB before there was a limit. Times
+    # max_running_queries is the most users' SQL adds to the UI process.
+    query_memory_bytes: int = 512 * 1024**2
+    # 2 threads: a user's query shares the UI's host with the pages and other users' queries.
+    query_threads: int = 2
+    # 100,000 rows / 64 MiB: far above a page (page_size rows of cells cut to 200 characters)
+    # and the engine's function list read once (~1,900 rows), far below what exhausts memory.
+    query_result_rows: int = 100_000
+    query_result_bytes: int = 64 * 1024**2
+    # 2 at once, 4 waiting for up to 10 s: two heavy queries use the 2 threads each they may;
+    # a researcher whose query waits longer is better told to retry than left hanging, and
+    # every waiter holds one of the server's 40 worker threads, which the other pages need.
+    max_running_queries: int = 2
+    max_waiting_queries: int = 4
+    query_wait_s: float = 10.0
+    # 20,000 characters: a long hand-written SELECT is a few hundred.
+    max_sql_chars: int = 20_000
 
     @property
     def catalog_shown(self) -> str:
@@ -95,6 +121,24 @@ class UiConfig:
             raise ValueError(f"query_timeout_s must be > 0 seconds, got {self.query_timeout_s}")
         if self.page_size < 1:
             raise ValueError(f"page_size must be >= 1, got {self.page_size}")
+        for name in (
+            "query_memory_bytes",
+            "query_threads",
+            "query_result_rows",
+            "query_result_bytes",
+            "max_running_queries",
+            "max_sql_chars",
+        ):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}")
+        if self.query_result_rows < self.page_size:
+            raise ValueError(
+                f"query_result_rows ({self.query_result_rows}) must be >= page_size ({self.page_size})"
+            )
+        if self.max_waiting_queries < 0:
+            raise ValueError(f"max_waiting_queries must be >= 0, got {self.max_waiting_queries}")
+        if not self.query_wait_s >= 0:
+            raise ValueError(f"query_wait_s must be >= 0 seconds, got {self.query_wait_s}")
         if self.token is not None and len(self.token) < 16:
             raise ValueError(f"token must be at least 16 characters, got {len(self.token)}")
         if not is_loopback(self.host) and self.token is None:

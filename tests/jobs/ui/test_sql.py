@@ -7,7 +7,16 @@ import shlex
 
 import pytest
 from pi_catalog import Catalog, CatalogQueryError
-from pi_jobs.ui import QueryRefused, check_select, run_select, wrap_select
+from pi_jobs.ui import (
+    EngineFunctions,
+    QueryRefused,
+    QueryResult,
+    UiConfig,
+    check_select,
+    query_settings,
+    run_select,
+    wrap_select,
+)
 
 from tests.jobs.ui.conftest import UiLake
 
@@ -56,30 +65,52 @@ def test_check_select_refuses(sql: str, match: str) -> None:
         check_select(sql)
 
 
+def test_check_select_keeps_a_final_literal() -> None:
+    # the literal was blanked, then cut off as trailing space: a syntax error (issue 31)
+    sql = "SELECT * FROM episodes WHERE robot_id = 'sim7-r000'"
+    assert check_select(sql) == sql
+    assert check_select(sql + " ;; -- note") == sql
+    assert check_select("SELECT 1 AS `x y`") == "SELECT 1 AS `x y`"
+
+
 def test_wrap_puts_the_query_on_its_own_lines() -> None:
-    wrapped = wrap_select("SELECT 1 -- trailing comment", limit=5, offset=10, timeout_s=2.5)
-    assert wrapped.splitlines() == [
-        "SELECT * FROM (",
-        "SELECT 1 -- trailing comment",
-        ") LIMIT 5 OFFSET 10 SETTINGS max_execution_time = 2.5, readonly = 1",
-    ]
+    wrapped = wrap_select("SELECT 1 -- trailing comment", limit=5, offset=10)
+    assert wrapped.splitlines() == ["SELECT * FROM (", "SELECT 1 -- trailing comment", ") LIMIT 5 OFFSET 10"]
     with pytest.raises(ValueError, match="limit and offset must be >= 0"):
-        wrap_select("SELECT 1", limit=-1, offset=0, timeout_s=1)
+        wrap_select("SELECT 1", limit=-1, offset=0)
+
+
+def _config(ui_lake: UiLake, **kwargs: object) -> UiConfig:
+    return UiConfig(
+        lake_root=ui_lake.layout.root,
+        catalog=ui_lake.catalog,
+        cache_dir=ui_lake.cache,
+        **kwargs,  # type: ignore[arg-type]
+    )
 
 
 def test_run_select_pages_caps_and_stays_read_only(ui_lake: UiLake) -> None:
     catalog = Catalog(ui_lake.catalog)
+    settings = query_settings(_config(ui_lake, query_timeout_s=1.0))
+
+    def run(sql: str, *, page: int = 0, page_size: int = 2, row_cap: int = 100) -> QueryResult:
+        with catalog.isolated_reader(settings) as reader:
+            functions = EngineFunctions.read(reader)
+            return run_select(
+                reader, sql, functions=functions, page=page, page_size=page_size, row_cap=row_cap
+            )
+
     sql = "SELECT episode_id, task FROM episodes WHERE startsWith(episode_id, 'ep-0') ORDER BY episode_id"
-    first = run_select(catalog, sql, page=0, page_size=2, row_cap=100, timeout_s=5)
+    first = run(sql)
     assert first.columns == ("episode_id", "task")
     assert [r[0] for r in first.rows] == ["ep-000", "ep-001"]
     assert first.total_rows == 3 and first.has_next and not first.capped
-    second = run_select(catalog, sql, page=1, page_size=2, row_cap=100, timeout_s=5)
+    second = run(sql, page=1)
     assert [r[0] for r in second.rows] == ["ep-002"] and not second.has_next
-    capped = run_select(catalog, sql, page=0, page_size=50, row_cap=2, timeout_s=5)
+    capped = run(sql, page_size=50, row_cap=2)
     assert len(capped.rows) == 2 and capped.capped and not capped.has_next
     with pytest.raises(QueryRefused, match="past the row cap"):
-        run_select(catalog, sql, page=1, page_size=2, row_cap=2, timeout_s=5)
+        run(sql, page=1, row_cap=2)
     # the command a shell splits back into exactly this SQL
     assert shlex.split(first.pin_command("mine") or "") == [
         "pilake",
@@ -89,26 +120,16 @@ def test_run_select_pages_caps_and_stays_read_only(ui_lake: UiLake) -> None:
         "--sql",
         sql,
     ]
-    assert (
-        run_select(catalog, "SELECT 1 AS x", page=0, page_size=5, row_cap=5, timeout_s=5).pin_command()
-        is None
-    )
-    # ClickHouse itself, at readonly = 1: a table function that reads a file is refused
-    with pytest.raises(CatalogQueryError, match="readonly"):
-        run_select(
-            catalog,
-            "SELECT * FROM file('/etc/hostname', 'LineAsString')",
-            page=0,
-            page_size=5,
-            row_cap=5,
-            timeout_s=5,
-        )
-    # ... and the time limit holds
+    assert run("SELECT 1 AS x").pin_command() is None
+    # a table function that reads a file is refused before ClickHouse runs anything
+    with pytest.raises(QueryRefused, match="table function 'file' reads the filesystem"):
+        run("SELECT * FROM file('/etc/hostname', 'LineAsString')")
+    # the time limit is the reader's: a long query stops (numbers, not sleep: sleep is refused)
     with pytest.raises(CatalogQueryError, match=r"TIMEOUT_EXCEEDED|Timeout exceeded"):
-        run_select(
-            catalog, "SELECT sleepEachRow(0.5) FROM numbers(8)", page=0, page_size=5, row_cap=5, timeout_s=1
-        )
-    # the settings were the statement's, not the engine's: the same process can still write
+        run("SELECT count() FROM numbers(1e12) WHERE NOT ignore(sipHash64(number))")
+    # ... and the next query on the same catalog works (a failed handle is dropped, not reused)
+    assert run("SELECT 2 AS x").rows == (("2",),)
+    # the settings were the reader's, not the engine's: the same process can still write
     readonly = catalog.query_arrow("SELECT value FROM system.settings WHERE name = 'readonly'")
     assert readonly.column("value").to_pylist() == ["0"]
     catalog.ensure_schema()
