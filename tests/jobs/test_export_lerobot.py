@@ -178,6 +178,11 @@ def test_the_layout_is_lerobots_v3(exported: tuple[FakeLake, Path]) -> None:
     assert [e["length"] for e in episodes] == [14, 14, 14]
     assert episodes[2]["videos/observation.images.wrist/from_timestamp"] == pytest.approx(28 / info["fps"])
     assert episodes[1]["tasks"] == ["grasp the mug", "place"]
+    # the lake's ids of each exported episode, in episode_index order
+    assert [(e["episode_index"], e["pilake/episode_id"]) for e in episodes] == list(
+        enumerate(lake.episode_ids)
+    )
+    assert all(e["pilake/attempt_id"] for e in episodes)
 
 
 def _psnr(a: list[np.ndarray], b: list[np.ndarray]) -> float:

@@ -10,6 +10,10 @@ them (else the episode's task). Written as lerobot's v3 layout:
     data/chunk-CCC/file-FFF.parquet
     videos/observation.images.<camera>/chunk-CCC/file-FFF.mp4   (H.264, yuv420p)
 
+Each row of meta/episodes also carries `pilake/episode_id` and `pilake/attempt_id`: the lake row
+the episode was exported from (LeRobot's `episode_index` is only a position; lerobot reads the
+columns it knows by name, which `test_lerobot_opens_the_export` checks where lerobot is installed).
+
 Features: `observation.state`, `action`, `observation.images.<camera>`, and lerobot's
 `timestamp`, `frame_index`, `episode_index`, `index`, `task_index`. LeRobot needs one fps and one
 shape per feature: a pin mixing rates, dimensions or cameras is refused with the episodes that
@@ -165,6 +169,10 @@ def export_lerobot(
                 "dataset_to_index": index + length,
                 "meta/episodes/chunk_index": 0,
                 "meta/episodes/file_index": 0,
+                # where each exported episode came from: LeRobot's episode_index is a position,
+                # these name the lake's rows (the pin's (episode_id, attempt_id))
+                "pilake/episode_id": row["episode_id"],
+                "pilake/attempt_id": row["attempt_id"],
             }
             for camera in cameras:
                 chunk, file, start, stop = videos[camera].add(frames[camera])
