@@ -346,4 +346,6 @@ def create_app(config: UiConfig, catalog: Any = None) -> Any:
         app = _token_middleware(app, config.token)
     if is_loopback(config.host):
         app = _loopback_hosts_only(app)
-    return _security_headers(app)
+    outer = _security_headers(app)
+    outer.pages = pages  # the handlers and their state (the Query page's gate), for tests
+    return outer
