@@ -30,6 +30,11 @@ class QuarantineReason(enum.StrEnum):
     UNKNOWN_ROBOT_TYPE = "unknown_robot_type"
     OUT_OF_RANGE = "out_of_range"
     INCOMPLETE_TIMEOUT = "incomplete_timeout"
+    # a message or episode over one of the stream job's limits (`details` names the limit)
+    LIMIT_EXCEEDED = "limit_exceeded"
+    # the stream job's sink raised an unexpected error on this episode's data (`details`
+    # carries the exception); the job carries on with the next episode
+    SINK_ERROR = "sink_error"
     # stored bytes of a committed attempt no longer match their checksums (`pilake repair`
     # records each damaged attempt it handled, repaired from raw or kept aside)
     CORRUPT = "corrupt"

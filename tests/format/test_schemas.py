@@ -176,6 +176,8 @@ def test_quarantine_reason_values_are_stable() -> None:
         "out_of_range",
         "incomplete_timeout",
         "corrupt",
+        "limit_exceeded",
+        "sink_error",
     }
 
 

@@ -374,6 +374,16 @@ def _streams(ep: Episode) -> list[tuple[str, bytes]]:
             "bad stream entry",
         ),
         ({"streams": 5}, R.BAD_METADATA, "unreadable manifest"),
+        # a declared span sizes nothing (decision 13): refused before any list is built from it
+        (
+            {
+                "streams": [
+                    {"name": "meta", "first_chunk": 0, "chunk_count": 2**40, "size_bytes": 1, "sha256": ""}
+                ]
+            },
+            R.COUNT_MISMATCH,
+            "past the",
+        ),
         ({"streams": []}, R.COUNT_MISMATCH, "manifest covers 0 data chunks"),
     ],
 )

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import zlib
 from typing import Any
 
@@ -190,6 +191,13 @@ class EpisodeAssembler:
         streams: dict[str, bytes] = {}
         covered = 0
         for name, first, count, size_bytes, sha256 in entries:
+            # a declared span sizes nothing: it must lie within the chunks that arrived
+            if first + count > self.chunk_count - 1:
+                raise ProtocolError(
+                    R.COUNT_MISMATCH,
+                    f"stream {name!r} spans chunks {first}..{first + count - 1}, past the "
+                    f"{self.chunk_count - 1} data chunks of {self.episode_id}",
+                )
             parts = [self.chunks.get(i) for i in range(first, first + count)]
             if any(p is None or p.stream != name or p.kind is not ChunkKind.DATA for p in parts):
                 raise ProtocolError(
@@ -258,7 +266,8 @@ def _array(streams: dict[str, bytes], name: str, dtype: str, shape: tuple[int, .
     data = streams.get(name)
     if data is None:
         raise ProtocolError(R.BAD_METADATA, f"stream {name!r} is missing")
-    expected = int(np.prod(shape)) * np.dtype(dtype).itemsize
+    # exact integers: a huge declared shape must not wrap around in int64 and match by chance
+    expected = math.prod(int(n) for n in shape) * np.dtype(dtype).itemsize
     if len(data) != expected:
         raise ProtocolError(
             R.COUNT_MISMATCH,

@@ -32,11 +32,27 @@ def stream_config_from_args(settings: Settings, args: argparse.Namespace) -> Str
         config = replace(config, group_commit_max_episodes=args.group_commit_episodes)
     if args.group_commit_delay_ms is not None:
         config = replace(config, group_commit_delay_ms=args.group_commit_delay_ms)
+    limits = {
+        name: value
+        for name, value in (
+            ("max_episode_bytes", _mb(args.max_episode_mb)),
+            ("max_held_bytes", _mb(args.max_held_mb)),
+            ("max_chunks_per_episode", args.max_chunks_per_episode),
+            ("max_held_episodes", args.max_held_episodes),
+        )
+        if value is not None
+    }
+    if limits:
+        config = replace(config, limits=replace(config.limits, **limits))
     if args.keyframe_interval is not None:
         config = replace(
             config, featurize=replace(config.featurize, keyframe_interval=args.keyframe_interval)
         )
     return config
+
+
+def _mb(value: float | None) -> int | None:
+    return None if value is None else round(value * 1_000_000)
 
 
 def _cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
@@ -120,5 +136,20 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         default=None,
         help="frames between IDRs in the lake's training video, a divisor of its 10-frame rows "
         "(default 1, intra-only: fastest shuffled reads; 10, one GOP per row: 2-3x fewer video bytes)",
+    )
+    limits = p.add_argument_group(
+        "limits",
+        "what one sink subtask may hold in memory (format/SPEC.md 9.5); over a limit an "
+        "episode is quarantined as limit_exceeded",
+    )
+    limits.add_argument(
+        "--max-episode-mb", type=float, default=None, help="bytes per episode (default 1073.7)"
+    )
+    limits.add_argument("--max-held-mb", type=float, default=None, help="bytes per subtask (default 4295)")
+    limits.add_argument(
+        "--max-chunks-per-episode", type=int, default=None, help="largest chunk_count accepted (default 4096)"
+    )
+    limits.add_argument(
+        "--max-held-episodes", type=int, default=None, help="episodes assembling per subtask (default 1000)"
     )
     p.set_defaults(func=_cmd_stream)

@@ -7,6 +7,7 @@ featurize -> lake sink (the commit protocol of `pi_format.lake`) -> catalog -> a
 | `job` | the Flink job graph (source table, key_by, the sink) |
 | `driver` | `run_stream_job`: submit, watch progress, stop when drained |
 | `offsets` | the raw topic's true end offsets and the group's committed offsets |
+| `limits` | `StreamLimits`: what one sink subtask may hold in memory (SPEC.md §9.5) |
 | `contract` | the ingest contract and the robot registry (SPEC.md §9) |
 | `featurize` | an assembled episode -> the lake rows of one attempt |
 | `connector_jars` | the two Flink Kafka connector jars the job loads |
@@ -18,6 +19,7 @@ from pi_jobs.stream.connector_jars import ensure_connector_jars
 from pi_jobs.stream.contract import RegistryError, RobotRegistry, RobotType, check_episode, load_registry
 from pi_jobs.stream.driver import run_stream_job
 from pi_jobs.stream.featurize import FeaturizeConfig, align_frames, featurize
+from pi_jobs.stream.limits import StreamLimits
 
 __all__ = [
     "FeaturizeConfig",
@@ -25,6 +27,7 @@ __all__ = [
     "RobotRegistry",
     "RobotType",
     "StreamJobConfig",
+    "StreamLimits",
     "StreamReport",
     "align_frames",
     "check_episode",

@@ -27,6 +27,7 @@ class Waiting:
     attempt_id: str
     raw: pa.Table
     published_at_ns: int | None = None  # Kafka timestamp of the attempt's latest chunk
+    size_bytes: int = 0  # bytes of its messages, counted against the limits (pi_jobs.stream.limits)
 
 
 class GroupCommits:

@@ -79,6 +79,25 @@ FRESHNESS_SECONDS = Histogram(
     buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0),
     registry=REGISTRY,
 )
+HELD_BYTES = Gauge(
+    "pilake_stream_held_bytes",
+    "Bytes of messages the sink holds in memory (episodes assembling or waiting for their group "
+    "commit); bounded by the limit max_held_bytes (pi_jobs.stream.limits).",
+    registry=REGISTRY,
+)
+HELD_EPISODES = Gauge(
+    "pilake_stream_held_episodes",
+    "Episodes the sink holds in memory (assembling or waiting for their group commit).",
+    registry=REGISTRY,
+)
+LIMIT_REFUSALS = Counter(
+    "pilake_stream_limit_refusals",
+    "Times a limit of the sink acted, by limit: a message or episode quarantined as "
+    "limit_exceeded, or a group committed early to stay within max_held_bytes / "
+    "max_episodes_per_key.",
+    ["limit"],
+    registry=REGISTRY,
+)
 SUBTASK = Gauge(
     "pilake_stream_subtask", "Index of the sink subtask this worker process runs.", registry=REGISTRY
 )
@@ -95,6 +114,9 @@ METRIC_NAMES = (
     "pilake_stream_bytes_written_total",
     "pilake_stream_commit_seconds",
     "pilake_stream_freshness_seconds",
+    "pilake_stream_held_bytes",
+    "pilake_stream_held_episodes",
+    "pilake_stream_limit_refusals_total",
     "pilake_stream_subtask",
     "pilake_stream_consumer_lag_messages",
     "pilake_stream_partition_offset",

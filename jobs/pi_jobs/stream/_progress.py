@@ -97,4 +97,6 @@ def read_progress(path: Path) -> dict[str, Any]:
     total["first_activity_ns"] = min(starts) if starts else 0
     total["last_activity_ns"] = max(int(d.get("last_activity_ns", 0)) for d in docs)
     total["subtasks"] = len(docs)
+    # the most any one subtask held in memory at once (pi_jobs.stream.limits bounds it)
+    total["peak_held_bytes"] = max(int(d.get("peak_held_bytes", 0)) for d in docs)
     return total

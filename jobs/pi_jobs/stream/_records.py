@@ -60,11 +60,22 @@ def record_time_ns(value: Any) -> int | None:
     return None
 
 
+# raw.chunk_index is int32: a header's uint32 index beyond it is stored as null (the message
+# itself is kept whole), never an overflow that fails the write.
+_INT32_MAX = 2**31 - 1
+
+
 def raw_rows(messages: list[SourceMessage], attempt_id: str, chunk_indices: list[int | None]) -> pa.Table:
+    """The raw (bronze) rows of `messages`, one per message, under `attempt_id`.
+
+    Example:
+        >>> raw_rows([message], "attempt-1", [0]).num_rows
+        1
+    """
     return pa.Table.from_pydict(
         {
             "episode_id": [m.key for m in messages],
-            "chunk_index": chunk_indices,
+            "chunk_index": [i if i is not None and 0 <= i <= _INT32_MAX else None for i in chunk_indices],
             "kafka_topic": [m.topic for m in messages],
             "kafka_partition": [m.partition for m in messages],
             "kafka_offset": [m.offset for m in messages],

@@ -20,6 +20,7 @@ import json
 import logging
 import os
 import time
+import traceback
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ from pi_jobs.stream._retry import with_retries
 from pi_jobs.stream._sink_settings import SinkSettings
 from pi_jobs.stream.contract import check_episode, load_registry
 from pi_jobs.stream.featurize import featurize
+from pi_jobs.stream.limits import oldest_idle
 
 log = logging.getLogger("pi_jobs.stream")
 
@@ -75,6 +77,14 @@ class _Pending:
     last_chunk_ms: int = 0  # processing time of the latest chunk (the incomplete timeout's start)
     positions: set[tuple[int, int]] = field(default_factory=set)  # (partition, offset) of messages
     timer_ms: int = 0  # when its incomplete-timeout timer fires (deleted when it completes)
+    size_bytes: int = 0  # bytes of the messages held (what the limits count, see _limits)
+
+
+def _error_text(err: BaseException) -> str:
+    """An unexpected exception as a quarantine reason's details: type, message, where."""
+    frames = traceback.extract_tb(err.__traceback__)[-3:]
+    where = " <- ".join(f"{Path(f.filename).name}:{f.lineno} {f.name}" for f in reversed(frames))
+    return f"{type(err).__name__}: {str(err)[:500]} (at {where})"
 
 
 class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
@@ -106,6 +116,10 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
         # Kafka positions of the messages held under the current key (see _held)
         self.held: Any = runtime_context.get_list_state(held_positions_descriptor())
         self.settled: set[str] = set()  # committed here; their held positions not yet cleared
+        # quarantined while another key was current (a limit); their held positions not yet cleared
+        self.dropped: set[str] = set()
+        self.limits = self.settings.limits
+        self.peak_held_bytes = 0
         # Until then a new episode's first message checks its key for positions held before a
         # restore (a state read): by then every restored key's own timer has fired (each held
         # episode has one due within the incomplete timeout or the group delay) and
@@ -168,6 +182,12 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
 
     # -- progress --------------------------------------------------------------------------
     def _write_progress(self) -> None:
+        held = self._held_bytes()
+        self.peak_held_bytes = max(self.peak_held_bytes, held)
+        self.progress["held_bytes"] = held
+        self.progress["peak_held_bytes"] = max(int(self.progress.get("peak_held_bytes", 0)), held)
+        metrics.HELD_BYTES.set(held)
+        metrics.HELD_EPISODES.set(len(self.pending) + len(self.waiting))
         write_progress(
             self._progress_file, self.progress, incomplete=len(self.pending), buffered=len(self.waiting)
         )
@@ -248,12 +268,27 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
 
         payload = msg.value
         try:
-            chunk = decode_chunk(payload)
+            try:
+                chunk = decode_chunk(payload)
+            except ProtocolError:
+                raise
+            except Exception as err:  # a reader bug on these bytes: this message, not the job
+                raise ProtocolError(QuarantineReason.SINK_ERROR, _error_text(err)) from err
             if msg.key is None:
                 shown = "none" if not key_bytes else repr(bytes(key_bytes)[:64])
                 raise ProtocolError(
                     QuarantineReason.KEY_MISMATCH,
                     f"message has no usable Kafka key ({shown}); chunk names {chunk.episode_id!r}",
+                )
+            # a declared count sizes nothing and is checked before it is used (decision 13)
+            limit = self.limits.max_chunks_per_episode
+            if chunk.chunk_count > limit:
+                metrics.LIMIT_REFUSALS.labels("max_chunks_per_episode").inc()
+                raise ProtocolError(
+                    QuarantineReason.LIMIT_EXCEEDED,
+                    f"max_chunks_per_episode: chunk {chunk.chunk_index} declares chunk_count "
+                    f"{chunk.chunk_count}, the stream job accepts at most {limit} "
+                    "(pilake stream --max-chunks-per-episode)",
                 )
         except ProtocolError as err:
             # A single message that cannot be used: keep its bytes and say why; the episode it
@@ -281,6 +316,23 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
             return
 
         pending = self.pending.get(msg.key)
+        size = len(payload)
+        if pending is not None and pending.size_bytes + size > self.limits.max_episode_bytes:
+            # the episode outgrew its limit: all it holds, this message included, is quarantined
+            del self.pending[msg.key]
+            ctx.timer_service().delete_processing_time_timer(pending.timer_ms)
+            msg.chunk_index = chunk.chunk_index
+            pending.messages.append(msg)
+            self._refuse(
+                pending,
+                "max_episode_bytes",
+                f"episode {msg.key} holds {pending.size_bytes + size} bytes in "
+                f"{len(pending.messages)} messages, more than max_episode_bytes "
+                f"{self.limits.max_episode_bytes} (pilake stream --max-episode-mb)",
+            )
+            self.held.clear()
+            return
+        self._make_room(msg.key, size, new_episode=pending is None, now_ms=now_ms)
         if (
             pending is None
             and not recovered
@@ -299,8 +351,13 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
             return
         pending.last_chunk_ms = now_ms
         try:
-            # returns False for an identical duplicate chunk, which the assembler ignores
-            pending.assembler.add(chunk)
+            try:
+                # returns False for an identical duplicate chunk, which the assembler ignores
+                pending.assembler.add(chunk)
+            except ProtocolError:
+                raise
+            except Exception as unexpected:  # data-dependent: quarantine this message
+                raise ProtocolError(QuarantineReason.SINK_ERROR, _error_text(unexpected)) from unexpected
         except ProtocolError as err:
             attempt_id = pending.attempt_id
             if not pending.assembler.chunks:  # nothing valid collected under this key yet
@@ -311,6 +368,7 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
         # Identical re-sent chunks are kept in raw too: every message gets a raw row.
         msg.chunk_index = chunk.chunk_index
         pending.messages.append(msg)
+        pending.size_bytes += size
         pending.positions.add(position)
         if not recovered:
             self.held.add(position)
@@ -330,6 +388,13 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
         if key in self.settled and pending is None:  # committed here: obsolete (no state read)
             self.settled.discard(key)
             self.held.clear()
+            return False
+        if key in self.dropped:  # quarantined over a limit: its held positions are obsolete
+            self.dropped.discard(key)
+            self.held.clear()
+            if pending is not None:  # a new episode under the key since: its positions stay
+                for position in sorted(pending.positions):
+                    self.held.add(position)
             return False
         have = pending.positions if pending is not None else set()
         positions = [(int(p), int(o)) for p, o in (self.held.get() or ())]
@@ -410,8 +475,14 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
         asm = pending.assembler
         messages = sorted(pending.messages, key=lambda m: (m.partition, m.offset))
         self.writer.write_raw(raw_rows(messages, pending.attempt_id, [m.chunk_index for m in messages]))
-        have = sorted(asm.chunks)
-        missing = [i for i in range(asm.chunk_count or 0) if i not in asm.chunks]
+        have = len(asm.chunks)
+        # the first missing indexes, never a list sized from the declared count (decision 13)
+        missing: list[int] = []
+        i = 0
+        while i < (asm.chunk_count or 0) and len(missing) <= 20:
+            if i not in asm.chunks:
+                missing.append(i)
+            i += 1
         shown = f"{missing[:20]}{' ...' if len(missing) > 20 else ''}"
         self.progress["timed_out"] = int(self.progress.get("timed_out", 0)) + 1
         # No ack: the uploader re-sends an episode it got no ack for, and a full re-send can
@@ -421,7 +492,7 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
             err=None,
             reason=QuarantineReason.INCOMPLETE_TIMEOUT,
             details=(
-                f"episode {asm.episode_id} has {len(have)} of {asm.chunk_count} chunks after "
+                f"episode {asm.episode_id} has {have} of {asm.chunk_count} chunks after "
                 f"{self.settings.incomplete_timeout_ms / 1000:g} s without a new chunk; missing {shown}"
             ),
             messages=messages,
@@ -470,6 +541,23 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
             )
             self.held.clear()
             return
+        except Exception as err:
+            # Data-dependent (assembly, checks and featurize do no I/O): this episode is
+            # quarantined with the exception, the job carries on. Lake or catalog failures
+            # happen in the writes around this block and still fail the task (then retry).
+            log.exception("sink error on %s: quarantined", eid)
+            self.writer.write_raw(raw)
+            self._quarantine(
+                episode_id=eid,
+                err=None,
+                reason=QuarantineReason.SINK_ERROR,
+                details=f"the stream job failed on this episode: {_error_text(err)}",
+                messages=messages,
+                attempt_id=pending.attempt_id,
+                ack=True,
+            )
+            self.held.clear()
+            return
         self._event("validated", eid, pending.attempt_id, steps=int(episode.step_count))
         if not self.waiting:
             self.waiting_since_ms = now_ms
@@ -477,7 +565,70 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
         # it also clears the episode's held positions once committed, or recovers the episode
         # after a restore (restored timers that are due fire at once).
         ctx.timer_service().register_processing_time_timer(now_ms + self.settings.group_commit_delay_ms)
-        self.waiting.append(Waiting(featurized, pending.attempt_id, raw, max(published, default=None)))
+        self.waiting.append(
+            Waiting(featurized, pending.attempt_id, raw, max(published, default=None), pending.size_bytes)
+        )
 
     def _event(self, event: str, episode_id: str | None, attempt_id: str | None, **fields: Any) -> None:
         self.events.emit(event, episode_id, attempt_id, **fields)
+
+    # -- limits (pi_jobs.stream.limits) -----------------------------------------------------
+    def _held_bytes(self) -> int:
+        return sum(p.size_bytes for p in self.pending.values()) + sum(w.size_bytes for w in self.waiting)
+
+    def _make_room(self, key: str, size: int, *, new_episode: bool, now_ms: int) -> None:
+        """Keep the subtask within its limits before `size` more bytes of `key` are held: commit
+        the waiting group early, then quarantine the longest-idle assembling episodes."""
+        lim = self.limits
+        if self.waiting and new_episode:
+            per_key = 1 + sum(1 for w in self.waiting if w.rows.episode_id == key)
+            if per_key > lim.max_episodes_per_key:
+                metrics.LIMIT_REFUSALS.labels("max_episodes_per_key").inc()
+                self._flush()
+        if self.waiting and self._held_bytes() + size > lim.max_held_bytes:
+            metrics.LIMIT_REFUSALS.labels("max_held_bytes").inc()
+            self._flush()
+        if new_episode and len(self.pending) >= lim.max_held_episodes:
+            candidates = [(k, p.last_chunk_ms) for k, p in self.pending.items() if k != key]
+            for victim in oldest_idle(candidates, len(self.pending) - lim.max_held_episodes + 1):
+                self._evict(
+                    victim,
+                    "max_held_episodes",
+                    f"{len(self.pending)} episodes were being assembled, max_held_episodes is "
+                    f"{lim.max_held_episodes} (pilake stream --max-held-episodes); this one had "
+                    f"waited longest for a chunk ({now_ms - self.pending[victim].last_chunk_ms} ms)",
+                )
+        while self._held_bytes() + size > lim.max_held_bytes:
+            candidates = [(k, p.last_chunk_ms) for k, p in self.pending.items() if k != key]
+            if not candidates:  # only the key's own episode: within max_episode_bytes
+                break
+            victim = oldest_idle(candidates, 1)[0]
+            self._evict(
+                victim,
+                "max_held_bytes",
+                f"the subtask held {self._held_bytes()} bytes and {size} more arrived, "
+                f"max_held_bytes is {lim.max_held_bytes} (pilake stream --max-held-mb); this "
+                f"episode had waited longest for a chunk ({now_ms - self.pending[victim].last_chunk_ms} ms)",
+            )
+
+    def _evict(self, key: str, limit: str, detail: str) -> None:
+        """Quarantine the pending episode of another key (its timer later finds it gone)."""
+        pending = self.pending.pop(key)
+        self.dropped.add(key)
+        self._refuse(pending, limit, detail)
+
+    def _refuse(self, pending: _Pending, limit: str, detail: str) -> None:
+        """Quarantine a pending episode as limit_exceeded; its messages go to raw first. No ack:
+        the uploader re-sends it, and a re-send within the limits commits it."""
+        metrics.LIMIT_REFUSALS.labels(limit).inc()
+        messages = sorted(pending.messages, key=lambda m: (m.partition, m.offset))
+        if not messages:
+            return
+        self.writer.write_raw(raw_rows(messages, pending.attempt_id, [m.chunk_index for m in messages]))
+        self._quarantine(
+            episode_id=pending.assembler.episode_id,
+            err=ProtocolError(QuarantineReason.LIMIT_EXCEEDED, detail),
+            messages=messages,
+            attempt_id=pending.attempt_id,
+            ack=False,
+        )

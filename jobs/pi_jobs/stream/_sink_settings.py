@@ -5,8 +5,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pi_format import AckRoutes
+
 from pi_jobs.stream.contract import RobotRegistry
 from pi_jobs.stream.featurize import FeaturizeConfig
+from pi_jobs.stream.limits import StreamLimits
 
 # Default of SinkSettings.incomplete_timeout_ms (see StreamJobConfig.incomplete_timeout_s).
 DEFAULT_INCOMPLETE_TIMEOUT_MS = 60_000
@@ -20,7 +23,8 @@ class SinkSettings:
     lake_root: str
     catalog_path: str
     raw_topic: str
-    ack_topic: str
+    # the ack topic, or routes to a topic per robot fleet (pi_format.AckRoutes)
+    ack_topic: str | AckRoutes
     progress_path: str
     featurize: FeaturizeConfig
     # Kafka security settings (SASL passwords): kept out of the repr so they are never logged.
@@ -44,3 +48,6 @@ class SinkSettings:
     # How long a lake commit or catalog record is retried while its server is unreachable
     # (pi_jobs.stream._retry); StreamJobConfig.dependency_retry_s says why 120 s.
     dependency_retry_s: float = 120.0
+    # What one subtask may hold in memory, whatever arrives (pi_jobs.stream.limits says why
+    # each default).
+    limits: StreamLimits = field(default_factory=StreamLimits)

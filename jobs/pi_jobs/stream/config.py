@@ -10,6 +10,7 @@ import pi_format
 
 from pi_jobs.settings import Settings
 from pi_jobs.stream.featurize import FeaturizeConfig
+from pi_jobs.stream.limits import StreamLimits
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,6 +34,10 @@ class StreamJobConfig:
     jar_dir: Path
     raw_topic: str = pi_format.RAW_TOPIC
     ack_topic: str = pi_format.ACK_TOPIC
+    # Acks of fleets that must read only their own: "<episode_id prefix>=<fleet>,..." sends the
+    # ack of a matching episode to episodes.ack.v1.<fleet> instead of ack_topic
+    # (pi_format.AckRoutes; setting stream.ack_routes). "" = every ack to ack_topic.
+    ack_routes: str = ""
     # one group per lake: its committed offsets say where the next run resumes
     group_id: str = "pilake-stream"
     # 2 s: offsets are committed to Kafka on checkpoints, so this bounds what a restart re-reads
@@ -69,6 +74,10 @@ class StreamJobConfig:
     # None = never give up (how a deployed job runs: the launcher and session-cluster
     # submissions). 3 for the embedded `pilake stream`, which should fail loudly on a broken lake.
     restart_attempts: int | None = 3
+    # What one sink subtask may hold in memory, whatever arrives: bytes per episode, chunks per
+    # episode, episodes per key and per subtask, bytes per subtask (pi_jobs.stream.limits says
+    # why each default; SPEC.md 9.5).
+    limits: StreamLimits = field(default_factory=StreamLimits)
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
@@ -98,6 +107,7 @@ class StreamJobConfig:
         for name in ("raw_topic", "ack_topic", "group_id"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must be non-empty")
+        pi_format.AckRoutes.parse(self.ack_routes, default=self.ack_topic)  # a bad route fails here
         object.__setattr__(self, "work_dir", Path(self.work_dir))
         if self.metrics_ports is not None:  # a list after a JSON round trip
             first, last = (int(p) for p in self.metrics_ports)
@@ -164,6 +174,7 @@ def stream_config(settings: Settings) -> StreamJobConfig:
         work_dir=settings.flink_dir,
         jar_dir=settings.jar_dir,
         robots_path=settings.robots_path,
+        ack_routes=settings.ack_routes,
         client_options=settings.kafka.options,
         parallelism=settings.parallelism,
         checkpoint_dir=settings.flink_checkpoint_dir,

@@ -40,7 +40,7 @@ def build_job(config: StreamJobConfig) -> Any:
     from pi_jobs.stream.contract import load_registry
 
     registry = load_registry(config.robots_path)  # a bad registry fails here, not in the worker
-    from pi_format import LakeLayout
+    from pi_format import AckRoutes, LakeLayout
     from pi_format.jsonlog import EVENT_LOG_DIR_ENV
     from pi_format.lake import ensure_lake_tables
 
@@ -104,7 +104,7 @@ def build_job(config: StreamJobConfig) -> Any:
         lake_root=config.lake_root,
         catalog_path=config.catalog_path,
         raw_topic=config.raw_topic,
-        ack_topic=config.ack_topic,
+        ack_topic=AckRoutes.parse(config.ack_routes, default=config.ack_topic),  # a topic per fleet
         progress_path=str(config.progress_path.absolute()),
         featurize=config.featurize,
         client_options=dict(config.client_options),
@@ -116,6 +116,7 @@ def build_job(config: StreamJobConfig) -> Any:
         event_log_dir=os.environ.get(EVENT_LOG_DIR_ENV, ""),  # JSON event logs (pilake trace)
         metrics_ports=config.metrics_ports,
         dependency_retry_s=config.dependency_retry_s,
+        limits=config.limits,
     )
     stream = t_env.to_data_stream(t_env.from_path("pilake_raw"))
     (
@@ -200,6 +201,7 @@ def config_to_json(config: StreamJobConfig) -> str:
     doc["work_dir"], doc["jar_dir"] = str(config.work_dir), str(config.jar_dir)
     doc["client_options"] = dict(config.client_options)
     doc["featurize"] = dataclasses.asdict(config.featurize)
+    doc["limits"] = dataclasses.asdict(config.limits)
     return json.dumps(doc)
 
 
@@ -212,10 +214,13 @@ def config_from_json(text: str) -> StreamJobConfig:
     import json
 
     from pi_jobs.stream.featurize import FeaturizeConfig
+    from pi_jobs.stream.limits import StreamLimits
 
     try:
         doc = json.loads(text)
         doc["featurize"] = FeaturizeConfig(**doc["featurize"])
+        if "limits" in doc:  # a config written before the limits existed: the defaults
+            doc["limits"] = StreamLimits(**doc["limits"])
         return StreamJobConfig(**doc)
     except (ValueError, KeyError, TypeError) as err:
         raise StreamJobError(f"not a stream job config written by config_to_json: {err}") from err

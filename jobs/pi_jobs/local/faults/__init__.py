@@ -15,6 +15,7 @@ duplicated.
 | `concurrent_writers` | two processes commit to the same Delta tables at once |
 | `lake_unwritable` | the lake's files become immutable: the job must fail loudly, then resume |
 | `crash_point` | the sink's worker dies at a point of a group commit (`CRASH_POINTS`) |
+| `wire_attack` | hostile messages of a seeded `fuzz_plan` among valid episodes; worker memory sampled |
 
 Each scenario is `scenario(home, jar_cache, *, seed=...) -> FaultResult`; `SCENARIOS` maps their
 names to them. `FaultStack` and `StreamProcess` are the harness they are built on.
@@ -38,18 +39,28 @@ from pi_jobs.local.faults._scenarios import (
     kill_stream_job,
     lake_unwritable,
 )
+from pi_jobs.local.faults._wire_attack import AttackSize, judge, wire_attack
+from pi_jobs.local.faults._wire_fuzz import MUTATIONS, FuzzCase, FuzzPlan, case_counts, fuzz_plan
 
 __all__ = [
     "CRASH_POINTS",
     "KCAT_GARBAGE",
+    "MUTATIONS",
     "SCENARIOS",
+    "AttackSize",
     "FaultResult",
     "FaultStack",
+    "FuzzCase",
+    "FuzzPlan",
     "StreamProcess",
     "bad_bytes",
     "broker_restart",
+    "case_counts",
     "concurrent_writers",
     "crash_point",
+    "fuzz_plan",
+    "judge",
     "kill_stream_job",
     "lake_unwritable",
+    "wire_attack",
 ]
