@@ -28,6 +28,7 @@ from pi_loader.delivery._in_flight import default_num_workers
 from pi_loader.delivery._loader import IdleWorkersWarning, Loader, LoaderStats
 from pi_loader.order._order import ShardSpec, block_order, sample_order, shard_order
 from pi_loader.reading._cache import CacheConfig, StorageError
+from pi_loader.reading._damage import DamagedLakeWarning, Unreadable
 from pi_loader.reading._lake import Stats
 from pi_loader.samples._contact_sheet import contact_sheet
 from pi_loader.samples._dataset import Dataset
@@ -40,6 +41,7 @@ from pi_loader.selection._snapshot import Snapshot
 __all__ = [
     "CacheConfig",
     "CorruptDataError",
+    "DamagedLakeWarning",
     "Dataset",
     "HorizonTooLongError",
     "HostsDisagreeError",
@@ -60,6 +62,7 @@ __all__ = [
     "Stats",
     "StorageError",
     "UnknownCameraError",
+    "Unreadable",
     "WorkerError",
     "agree",
     "block_order",

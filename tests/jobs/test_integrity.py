@@ -17,6 +17,7 @@ from pi_format.lake import (
     DELETIONS_SCHEMA,
     WrittenFile,
     check_parquet_file,
+    checksums_required,
     commit_actions,
     ensure_lake_tables,
 )
@@ -114,19 +115,35 @@ def test_a_sample_is_deterministic_and_a_fraction() -> None:
         VerifyConfig(tables=("nope",))
 
 
-def test_files_written_without_checksums_are_unverifiable_not_ok(lake: LakeLayout) -> None:
-    # a file as a lake written before checksums holds it: no page CRCs (pyarrow's default)
-    table = ensure_lake_tables(lake)["deletions"]
+def _add_file_without_crcs(lake: LakeLayout, table: object) -> None:
     rows = pa.table(
         {"episode_id": ["x"], "deletion_id": ["d"], "reason": ["r"], "selection": ["s"], "deleted_at_ns": [1]}
     )
     path = Path(lake.deletions) / "part-old.parquet"
-    pq.write_table(rows.cast(DELETIONS_SCHEMA), path)
+    pq.write_table(rows.cast(DELETIONS_SCHEMA), path)  # no page CRCs (pyarrow's default)
     written = WrittenFile("part-old.parquet", path.stat().st_size, 1, json.dumps({"numRecords": 1}))
     commit_actions(table, "deletions", adds=[written])
+
+
+def test_files_written_without_checksums_are_unverifiable_not_ok(lake: LakeLayout) -> None:
+    from deltalake import DeltaTable
+
+    # a table as a lake made before 2026-11-27 holds it: no record that its files carry CRCs
+    shutil.rmtree(lake.deletions)
+    _add_file_without_crcs(lake, DeltaTable.create(lake.deletions, schema=DELETIONS_SCHEMA))
     report = verify_lake(lake, VerifyConfig(tables=("deletions",)))
     assert report.status == {"deletions": {"unverifiable": 1}} and report.exit_code == 0
     assert "unverifiable" in report.lines()[-1]
+
+
+def test_a_page_without_a_crc_in_a_table_that_records_crcs_is_damage(lake: LakeLayout) -> None:
+    # the lake made the table: its Delta metadata records that every file carries page CRCs
+    table = ensure_lake_tables(lake)["deletions"]
+    assert checksums_required(table.metadata().description)
+    _add_file_without_crcs(lake, table)
+    report = verify_lake(lake, VerifyConfig(tables=("deletions",)))
+    assert report.status == {"deletions": {"corrupt": 1}} and report.exit_code == 2
+    assert "page has no CRC" in report.faults[0].detail
 
 
 def test_a_file_the_log_names_but_is_gone_is_corrupt(lake: LakeLayout) -> None:

@@ -21,10 +21,12 @@ from pi_format.lake.annotations import (
 )
 from pi_format.lake.integrity import (
     CHUNK_CRC_COLUMN,
+    PAGE_CHECKSUMS_PROPERTY,
     FileCheck,
     PageFault,
     check_chunk_crcs,
     check_parquet_file,
+    checksums_required,
     chunk_crc32,
     with_chunk_crcs,
 )
@@ -78,6 +80,7 @@ __all__ = [
     "LINEAGE_COLUMNS",
     "LOCATOR_COLUMNS",
     "NORM_STATS_COLUMNS",
+    "PAGE_CHECKSUMS_PROPERTY",
     "PINS_SCHEMA",
     "QUARANTINE_RELEASES_SCHEMA",
     "QUARANTINE_SCHEMA",
@@ -107,6 +110,7 @@ __all__ = [
     "bucket_app_id",
     "check_chunk_crcs",
     "check_parquet_file",
+    "checksums_required",
     "chunk_crc32",
     "commit_actions",
     "content_hash",

@@ -211,6 +211,8 @@ def _any_header(raw: bytes | memoryview, pos: int) -> PageHeader:
     for field, kind in cursor.fields():
         if field in (1, 2, 3, 4) and kind == _I32:
             top[field] = cursor.zigzag()
+        elif field == 4:  # the crc: an i32 of any other type is a damaged header, not "no CRC"
+            raise PageError(f"the page header's crc (field 4) has Thrift compact type {kind}, not i32 (5)")
         elif field == 5 and kind == _STRUCT:
             for inner, inner_kind in cursor.fields():
                 if inner in (1, 2, 3, 4) and inner_kind == _I32:

@@ -11,6 +11,7 @@ from typing import Any
 import pyarrow as pa
 
 from pi_format.lake._files import DATA_SKIPPING_COLUMNS, DICT_COLUMNS, group_sizes
+from pi_format.lake.integrity import TABLE_DESCRIPTION
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.schemas import ADDED_COLUMNS, TABLE_SCHEMAS
 
@@ -106,7 +107,13 @@ def ensure_lake_tables(layout: LakeLayout) -> dict[str, Any]:
     for name, schema in TABLE_SCHEMAS.items():
         # mode="ignore": create when missing, open as-is otherwise
         tables[name] = DeltaTable.create(
-            layout.table(name), schema=schema, mode="ignore", configuration=TABLE_CONFIGURATION
+            layout.table(name),
+            schema=schema,
+            mode="ignore",
+            configuration=TABLE_CONFIGURATION,
+            # every data file of a table made now carries page CRCs, recorded in its Delta
+            # metadata (pi_format.lake.integrity.PAGE_CHECKSUMS_PROPERTY)
+            description=TABLE_DESCRIPTION,
         )
     for name, table in tables.items():
         _declare_stats_columns(name, table)

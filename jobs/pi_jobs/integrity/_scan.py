@@ -17,6 +17,9 @@ KIND_PAGE = "page_crc"  # a Parquet page whose bytes do not match its CRC (or do
 KIND_CHUNK = "chunk_crc32"  # a video chunk whose bytes do not match its chunk_crc32
 KIND_WIRE = "wire_crc"  # a raw message that decoded at ingest and no longer does
 KIND_LOG = "delta_log"  # the table's log cannot be read
+KIND_DECODE = "decode"  # a row group whose pages check but do not decode (pyarrow raises)
+KIND_FOOTER = "footer"  # the file's footer does not parse (a truncated or overwritten file)
+KIND_LOST = "lost_commit"  # a commit the catalog or the other tables know of is not in the log
 
 
 @dataclass(slots=True)
@@ -101,8 +104,11 @@ class FileResult:
         )
 
 
-def check_file(fs: Any, base: str, table: str, path: str, logged_size: int | None) -> FileResult:
-    """Run every check of one file of lake table `table` (`path` as the Delta log names it)."""
+def check_file(
+    fs: Any, base: str, table: str, path: str, logged_size: int | None, *, require_crc: bool = False
+) -> FileResult:
+    """Run every check of one file of lake table `table` (`path` as the Delta log names it);
+    `require_crc`: the table records page CRCs in every file (a page without one is damage)."""
     import pyarrow as pa
     import pyarrow.parquet as pq
     from pi_format.lake import check_parquet_file
@@ -122,11 +128,12 @@ def check_file(fs: Any, base: str, table: str, path: str, logged_size: int | Non
     with fs.open_input_file(full) as source:
         contents = source.read()
     with pa.BufferReader(contents) as handle:
-        check = check_parquet_file(handle)
+        check = check_parquet_file(handle, require_crc=require_crc)
         result.pages, result.pages_without_crc = check.pages, check.pages_without_crc
         for f in check.faults:
+            kind = KIND_FOOTER if f.row_group < 0 else KIND_PAGE
             result.faults.append(
-                Fault(KIND_PAGE, table, path, f.detail, row_group=f.row_group, column=f.column, page=f.page)
+                Fault(kind, table, path, f.detail, row_group=f.row_group, column=f.column, page=f.page)
             )
         bad_groups = set(check.corrupt_row_groups())
         try:
@@ -135,6 +142,7 @@ def check_file(fs: Any, base: str, table: str, path: str, logged_size: int | Non
             parquet = None
         if parquet is not None:
             good = [g for g in range(parquet.metadata.num_row_groups) if g not in bad_groups]
+            good = _decode_groups(parquet, good, table, path, result.faults)
             if table == "video" and good:
                 result.chunks_without_crc = _check_chunks(parquet, good, table, path, result.faults)
             elif table == "raw" and good:
@@ -149,6 +157,24 @@ def check_file(fs: Any, base: str, table: str, path: str, logged_size: int | Non
     elif result.pages_without_crc or result.chunks_without_crc:
         result.status = "unverifiable"
     return result
+
+
+def _decode_groups(parquet: Any, groups: list[int], table: str, path: str, faults: list[Fault]) -> list[int]:
+    """Decode every column of `groups` as a reader would (pyarrow, page CRCs checked): a row
+    group that raises is a fault (a header field no CRC covers, levels that do not add up);
+    returns the groups that decode."""
+    good = []
+    for group in groups:
+        try:
+            parquet.read_row_group(group)
+        except Exception as err:  # pyarrow's OSError / ArrowInvalid: what a reader would meet
+            detail = (
+                f"the row group does not decode: {type(err).__name__}: {' '.join(str(err).split())[:300]}"
+            )
+            faults.append(Fault(KIND_DECODE, table, path, detail, row_group=group))
+            continue
+        good.append(group)
+    return good
 
 
 def _row_starts(parquet: Any, groups: list[int]) -> np.ndarray:

@@ -207,18 +207,29 @@ def _save_state(config: VerifyConfig, layout: LakeLayout, done: dict[str, dict[s
 
 def _table_files(layout: LakeLayout, table: str) -> tuple[dict[str, int] | None, Fault | None]:
     """path -> logged size of the table's current files; None when the lake has no such table."""
+    files, _, fault = _table_state(layout, table)
+    return files, fault
+
+
+def _table_state(layout: LakeLayout, table: str) -> tuple[dict[str, int] | None, bool, Fault | None]:
+    """The table's current files (path -> logged size; None when the lake has no such table or
+    its log does not load), whether it records page CRCs in every file, and the fault of a log
+    that does not load."""
     from deltalake import DeltaTable
-    from pi_format.lake import table_filesystem
+    from pi_format.lake import checksums_required, table_filesystem
     from pi_format.lake._commit import file_sizes
     from pyarrow import fs as pafs
 
     fs, base = table_filesystem(layout.table(table))
     if fs.get_file_info(f"{base}/_delta_log").type == pafs.FileType.NotFound:
-        return None, None  # a lake older than this table
+        return None, False, None  # a lake older than this table
     try:
-        return file_sizes(DeltaTable(layout.table(table))), None
+        delta = DeltaTable(layout.table(table))
+        return file_sizes(delta), checksums_required(delta.metadata().description), None
     except Exception as err:  # deltalake's errors: the log itself is damaged
-        return None, Fault(KIND_LOG, table, "_delta_log", f"the Delta log does not load: {err}")
+        first = (str(err).strip().splitlines() or [""])[0]
+        detail = f"the Delta log does not load: {first}"
+        return None, False, Fault(KIND_LOG, table, "_delta_log", detail)
 
 
 def verify_lake(
@@ -247,8 +258,11 @@ def verify_lake(
     started = time.monotonic()
     report = VerifyReport(lake_root=layout.root, sample=config.sample)
     work: list[tuple[str, str, int]] = []
+    required: set[str] = set()
     for table in config.tables:
-        files, log_fault = _table_files(layout, table)
+        files, checksummed, log_fault = _table_state(layout, table)
+        if checksummed:
+            required.add(table)
         if log_fault is not None:
             report.faults.append(log_fault)
         for path, size in sorted((files or {}).items()):
@@ -272,7 +286,7 @@ def verify_lake(
     with bar:
         for n, (table, path, size) in enumerate(todo, 1):
             fs, base = table_filesystem(layout.table(table))
-            result = check_file(fs, base, table, path, size)
+            result = check_file(fs, base, table, path, size, require_crc=table in required)
             done[_state_key(table, path)] = result.as_dict()
             report.files_checked += 1
             report.bytes_checked += result.bytes

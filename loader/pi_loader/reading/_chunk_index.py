@@ -41,7 +41,7 @@ from typing import ClassVar
 import numpy as np
 import pyarrow.parquet as pq
 
-from pi_loader._errors import CorruptDataError, PiLoaderError
+from pi_loader._errors import CorruptDataError
 from pi_loader.reading._host_index import HostIndex, file_key, index_directory
 from pi_loader.reading._row_groups import RowGroupReader
 
@@ -184,11 +184,12 @@ def page_value(raw: bytes, uri: str, group: int) -> bytes:
             raise _PageError(
                 f"its PLAIN value says {length} bytes, the page holds {compressed - 4} after the length"
             )
-    except _PageError as err:
-        raise PiLoaderError(
-            f"video file {uri}, row group {group}: the `data` column chunk read from the file's chunk "
-            f"index ({len(raw)} bytes) is not a one-value plain uncompressed v1 data page: {err}. The "
-            "file changed since it was indexed, or is corrupt"
+    except _PageError as err:  # lake files are immutable: bytes that do not parse are damage
+        raise CorruptDataError(
+            f"the `data` column chunk read from the file's chunk index ({len(raw)} bytes) is not a "
+            f"one-value plain uncompressed v1 data page: {err}. The file changed since it was indexed, "
+            "or is corrupt",
+            {"table": "video", "file": uri, "row_group": group, "column": _DATA},
         ) from None
     # The CRC read with the sizes (one header parse on the per-sample path); pages written
     # before page CRCs have none and are unverifiable, as pi_format.lake.integrity counts them.

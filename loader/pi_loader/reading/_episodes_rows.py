@@ -49,10 +49,16 @@ def segment_directory(index_dir: str) -> Path:
 
 
 def episodes_rows(
-    directory: Path | None, uris: Sequence[str], schema: pa.Schema, read_files: ReadFiles
+    directory: Path | None,
+    uris: Sequence[str],
+    schema: pa.Schema,
+    read_files: ReadFiles,
+    complete: Callable[[], bool] | None = None,
 ) -> pa.Table:
     """Every row of the episodes files `uris`, projected to `schema` plus FILE_COLUMN (in no
-    particular order). Without a `directory` every file is read through `read_files`.
+    particular order). Without a `directory` every file is read through `read_files`. No
+    segment is written when `complete()` says the reads left a file out (a damaged one: its
+    rows must not be cached as none).
 
     Example:
         >>> rows = episodes_rows(segment_directory(index_dir), files.uris, schema, read)
@@ -66,7 +72,7 @@ def episodes_rows(
     fresh = read_files(missing) if missing else None
     parts = [t for t in (kept, fresh) if t is not None]
     rows = parts[0] if len(parts) == 1 else pa.concat_tables([p.select(parts[0].column_names) for p in parts])
-    if kept is None or len(missing) >= REWRITE_AFTER_FILES:
+    if (kept is None or len(missing) >= REWRITE_AFTER_FILES) and (complete is None or complete()):
         _write_segment(directory, uris, rows)
     return rows
 

@@ -24,10 +24,11 @@ import pyarrow as pa
 import pyarrow.compute as pc
 import pyarrow.dataset as pads
 from pi_format import LakeLayout
-from pi_format.lake import latest_commits, pinned_rows
+from pi_format.lake import checksums_required, latest_commits, pinned_rows
 
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
 from pi_loader.reading._cache import CacheConfig
+from pi_loader.reading._damage import Unreadable, as_corrupt, damaged_files, is_damage, readable_version
 from pi_loader.reading._episodes_rows import FILE_COLUMN, episodes_rows
 from pi_loader.reading._storage import Storage, storage_for
 
@@ -120,7 +121,11 @@ def _check_unpartitioned(name: str, table: Any) -> None:
 
 
 def resolve_tables(
-    layout: LakeLayout, versions: Mapping[str, int] | None, storage_options: Mapping[str, str] | None
+    layout: LakeLayout,
+    versions: Mapping[str, int] | None,
+    storage_options: Mapping[str, str] | None,
+    unreadable: list[Unreadable] | None = None,
+    checksummed: set[str] | None = None,
 ) -> tuple[TableFiles, dict[str, int]]:
     """The episodes table's files at its pinned version, and the version of every table of
     READ_TABLES (the current ones when `versions` is None).
@@ -128,13 +133,29 @@ def resolve_tables(
     Only the episodes table's files are listed: steps and video are reached through the
     locators of the episodes rows, so their versions are pinned (for the snapshot) and their
     file lists, which grow with the lake, are never turned into Python objects.
+
+    With `unreadable` (and no `versions`), a table whose latest log version does not load is
+    read at its newest version that does, and the commits after it are appended to `unreadable`
+    (`_damage.readable_version`): a damaged log entry costs what it holds, not the open.
+    `checksummed` gets the names of the tables that record page CRCs in every file.
     """
     pinned: dict[str, int] = {}
     episodes: TableFiles | None = None
     for name in READ_TABLES:
-        table = open_table(layout, name, None if versions is None else versions[name], storage_options)
+        try:
+            table = open_table(layout, name, None if versions is None else versions[name], storage_options)
+        except PiLoaderError as err:
+            found = None
+            if unreadable is not None and versions is None and not isinstance(err, SnapshotDataMissingError):
+                found = readable_version(name, layout.table(name), storage_options, err)
+            if found is None or unreadable is None:
+                raise
+            table = found[0]
+            unreadable.append(found[1])
         _check_unpartitioned(name, table)
         pinned[name] = int(table.version())
+        if checksummed is not None and checksums_required(table.metadata().description):
+            checksummed.add(name)
         if name != "episodes":
             continue
         actions = pa.table(table.get_add_actions(flatten=True))
@@ -170,10 +191,15 @@ def _read(
     *,
     indices: Sequence[int] | None = None,
     tag_files: bool = False,
+    unreadable: list[Unreadable] | None = None,
 ) -> pa.Table:
     """Rows of the files `indices` (default: those that may hold `episode_ids`; all when None),
     projected to `columns` the table's schema has; with `tag_files`, plus `_episodes_rows`'
-    FILE_COLUMN: each row's file index."""
+    FILE_COLUMN: each row's file index.
+
+    A file that does not read (damaged: `_damage.is_damage`) raises a CorruptDataError naming
+    it; with `unreadable`, it is left out instead and appended there (with the episode ids the
+    log's statistics give for it), and the other files' rows come back."""
     if indices is None:
         indices = range(len(files.uris)) if episode_ids is None else files.files_for(episode_ids)
     paths = []
@@ -201,18 +227,31 @@ def _read(
     checked = pads.ParquetFileFormat(
         default_fragment_scan_options=pads.ParquetFragmentScanOptions(page_checksum_verification=True)
     )
+    wanted = [*columns, "__filename"] if tag_files else columns
     try:
-        dataset = pads.dataset(paths, format=checked, schema=schema)
-        wanted = [*columns, "__filename"] if tag_files else columns
-        table: pa.Table = dataset.to_table(columns=wanted, filter=flt)
+        table: pa.Table = pads.dataset(paths, format=checked, schema=schema).to_table(
+            columns=wanted, filter=flt
+        )
     except FileNotFoundError as err:
         raise SnapshotDataMissingError(
             missing_files_message(files.name, files.version, str(err), err)
         ) from err
-    except OSError as err:
-        if "CRC checksum verification failed" not in str(err):
+    except Exception as err:
+        if not is_damage(err):
             raise
-        raise _corrupt_file(files.name, paths, columns, err) from None
+        bad = damaged_files(files.name, paths, columns, schema)
+        if unreadable is None or not bad:
+            raise (
+                bad[0][1] if bad else as_corrupt(err, {"table": files.name, "file": ", ".join(paths[:3])})
+            ) from None
+        by_path = dict(zip(paths, indices, strict=True))
+        for path, found in bad:
+            i = by_path[path]
+            held = f"episode ids {files.min_episode[i]} .. {files.max_episode[i]} (Delta log statistics)"
+            unreadable.append(Unreadable(files.name, files.uris[i], found.detail, held))
+        dropped = {p for p, _ in bad}
+        keep = [i for p, i in zip(paths, indices, strict=True) if p not in dropped]
+        return _read(files, storage, episode_ids, columns, flt, indices=keep, tag_files=tag_files)
     if tag_files:
         # pyarrow names each row's file by the path it was given: map it back to the file index
         names = table.column("__filename").dictionary_encode().combine_chunks()
@@ -259,6 +298,7 @@ def read_committed_episodes(
     *,
     deleted_ids: pa.Array | None = None,
     attempt_ids: Sequence[str] | None = None,
+    unreadable: list[Unreadable] | None = None,
 ) -> pa.Table:
     """The episodes rows of `episode_ids` (all committed episodes when None), one per id, sorted:
     the visible attempt of each (deleted episodes left out), or with `attempt_ids` (one per id,
@@ -267,6 +307,7 @@ def read_committed_episodes(
     Columns are EPISODE_COLUMNS; locator columns a lake predates come back as nulls. With a
     `rows_directory` (`_episodes_rows`), a selection that spans many files is read from this
     host's memory-mapped copy of the episodes rows, and only files new to it through Parquet.
+    With `unreadable`, a damaged episodes file is left out and named there (`_read`).
     """
     columns = list(EPISODE_COLUMNS)
     ids = None if episode_ids is None else list(episode_ids)
@@ -276,17 +317,24 @@ def read_committed_episodes(
         and files.schema is not None
         and (indices is None or len(indices) >= MANY_FILES)
     ):
+        left_out: list[Unreadable] = []
+        sink = left_out if unreadable is not None else None  # None: a damaged file raises
 
         def read(chosen: Sequence[int]) -> pa.Table:
-            return _read(files, storage, None, columns, None, indices=chosen, tag_files=True)
+            return _read(files, storage, None, columns, None, indices=chosen, tag_files=True, unreadable=sink)
 
         projected = pa.schema([files.schema.field(c) for c in columns if c in files.schema.names])
-        table = episodes_rows(rows_directory, files.uris, projected, read).drop_columns([FILE_COLUMN])
+        # a segment is written only when every file read: a damaged one is not cached as empty
+        table = episodes_rows(
+            rows_directory, files.uris, projected, read, complete=lambda: not left_out
+        ).drop_columns([FILE_COLUMN])
+        if unreadable is not None:
+            unreadable += left_out
         if ids is not None:
             table = table.filter(pc.is_in(table.column("episode_id"), value_set=pa.array(ids, pa.string())))
     else:
         flt = None if ids is None else pads.field("episode_id").isin(ids)
-        table = _read(files, storage, ids, columns, flt, indices=indices)
+        table = _read(files, storage, ids, columns, flt, indices=indices, unreadable=unreadable)
     for name in LOCATOR_COLUMNS:
         if name not in table.column_names:
             table = table.append_column(name, pa.nulls(table.num_rows))
@@ -356,20 +404,3 @@ class EpisodeData:
     @property
     def num_steps(self) -> int:
         return int(self.proprio.shape[0])
-
-
-def _corrupt_file(table: str, paths: list[str], columns: list[str], err: OSError) -> PiLoaderError:
-    """The CorruptDataError of a scan that met a page whose CRC does not match, naming the file
-    (found by reading the scanned files one at a time: the error path only)."""
-    import pyarrow.parquet as pq
-
-    from pi_loader._errors import CorruptDataError
-
-    for path in paths:
-        parquet = pq.ParquetFile(path, page_checksum_verification=True)
-        for group in range(parquet.metadata.num_row_groups):
-            try:
-                parquet.read_row_group(group, columns=[c for c in columns if c in parquet.schema_arrow.names])
-            except OSError as found:
-                return CorruptDataError(str(found), {"table": table, "file": path, "row_group": group})
-    return CorruptDataError(str(err), {"table": table, "file": ", ".join(paths[:3])})

@@ -137,7 +137,14 @@ def _decode_hybrid(data: bytes, bit_width: int, count: int) -> np.ndarray:
 
 
 def decode_list_chunk(
-    raw: memoryview, *, codec: int, rows: int, width: int, max_definition: int, dtype: np.dtype
+    raw: memoryview,
+    *,
+    codec: int,
+    rows: int,
+    width: int,
+    max_definition: int,
+    dtype: np.dtype,
+    require_crc: bool = False,
 ) -> np.ndarray | None:
     """The values of a column chunk of a flat list column as a [rows, width] array of `dtype`
     (little-endian 4-byte PLAIN values), or None when the chunk parses but its rows are not
@@ -149,8 +156,13 @@ def decode_list_chunk(
     a copy of its values. Any other page sends the chunk through the general path, which decodes
     every level.
 
+    With `require_crc` (the file's table records page CRCs in every file:
+    `pi_format.lake.integrity`), a page without a CRC raises PageChecksumError: its header's
+    CRC field was damaged, and the page's bytes cannot be trusted.
+
     Raises:
         PageError: the chunk does not parse as v1 data pages of this layout.
+        PageChecksumError: a page's bytes do not match its CRC, or it lacks a required one.
     """
     if codec not in _CODEC_NAMES:
         raise PageError(f"codec number {codec} of the index is not one this reader knows")
@@ -161,14 +173,14 @@ def decode_list_chunk(
     levels = 0
     pos = 0
     while pos < len(raw):
-        count, page, end = _page(raw, pos, decompressor)
+        count, page, end = _page(raw, pos, decompressor, require_crc)
         levels += count
         if levels > expected:
             raise PageError(f"the pages hold more than the {expected} values of {rows} rows x {width}")
         body = _Body(page)
         rep, defs = body.section(), body.section()
         if not _whole_rows(bytes(rep), bytes(defs), count, width, max_definition):
-            return _decode_any(raw, decompressor, rows, width, max_definition, dtype)
+            return _decode_any(raw, decompressor, rows, width, max_definition, dtype, require_crc)
         rest = page[body.pos :]
         if len(rest) != count * itemsize:
             raise PageError(f"page at byte {pos} holds {len(rest)} bytes of values for {count} values")
@@ -180,7 +192,9 @@ def decode_list_chunk(
     return flat.reshape(rows, width).copy()  # its own memory: not a view of the whole read
 
 
-def _page(raw: memoryview, pos: int, decompressor: _Decompress | None) -> tuple[int, memoryview, int]:
+def _page(
+    raw: memoryview, pos: int, decompressor: _Decompress | None, require_crc: bool = False
+) -> tuple[int, memoryview, int]:
     """The value count, the decompressed bytes and the end of the v1 data page at `raw[pos:]`."""
     header = page_header(raw, pos)
     count = header.num_values
@@ -197,6 +211,12 @@ def _page(raw: memoryview, pos: int, decompressor: _Decompress | None) -> tuple[
     end = start + header.compressed_size
     if header.compressed_size < 0 or end > len(raw) or count <= 0:
         raise PageError(f"page at byte {pos} ({header.compressed_size} bytes) overruns the chunk")
+    if header.crc is None and require_crc:
+        raise PageChecksumError(
+            f"the page at byte {pos} of the column chunk has no CRC, but every file of its table is "
+            "written with page CRCs: its header was damaged",
+            pos,
+        )
     if header.crc is not None:
         actual = zlib.crc32(raw[start:end]) & 0xFFFFFFFF
         if actual != header.crc & 0xFFFFFFFF:
@@ -249,6 +269,7 @@ def _decode_any(
     width: int,
     max_definition: int,
     dtype: np.dtype,
+    require_crc: bool = False,
 ) -> np.ndarray | None:
     """`decode_list_chunk` decoding every level: rows may cross pages, and what is not whole rows
     of `width` non-null values returns None."""
@@ -260,7 +281,7 @@ def _decode_any(
     levels = 0
     pos = 0
     while pos < len(raw):
-        count, page, end = _page(raw, pos, decompressor)
+        count, page, end = _page(raw, pos, decompressor, require_crc)
         levels += count
         if levels > expected:
             raise PageError(f"the pages hold more than the {expected} values of {rows} rows x {width}")

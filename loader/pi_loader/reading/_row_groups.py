@@ -33,6 +33,7 @@ import pyarrow.parquet as pq
 
 from pi_loader._errors import CorruptDataError, PiLoaderError, SnapshotDataMissingError
 from pi_loader.reading import _file_handles as file_handles
+from pi_loader.reading._damage import as_corrupt, is_damage
 from pi_loader.reading._lake import missing_files_message
 from pi_loader.reading._lru import WeightedLRU
 from pi_loader.reading._storage import Storage
@@ -103,12 +104,40 @@ class RowGroupReader:
             ).read_row_group(group, columns=list(columns))
         except FileNotFoundError as err:  # RemoteFileNotFoundError too; other StorageErrors pass
             raise SnapshotDataMissingError(missing_files_message(table, version, uri, err)) from err
-        except OSError as err:
+        except (OSError, pa.ArrowException, EOFError) as err:  # a footer or page that does not read
             raise corrupt_or(err, {"table": table, "file": uri, "row_group": group}) from None
         size = _column_bytes(metadata, [group], columns)
         with self._lock:
             self.bytes_read += size
         return rows
+
+    def check_crcs_present(self, uri: str, group: int, columns: Sequence[str], *, table: str) -> None:
+        """Walk the page headers of `columns` in row group `group` (read after pyarrow read them,
+        which checks the CRCs pages carry but reads a page without one unverified): every page
+        must carry a CRC, as its table records (`pi_format.lake.integrity`).
+
+        Raises:
+            CorruptDataError: a page without a CRC, or whose header does not parse.
+        """
+        from pi_format.lake.integrity import check_page_crcs
+
+        path = self._storage.local_path(uri)
+        metadata = self._footer(uri, path, keep=True)
+        chunk = metadata.row_group(group)
+        wanted = set(columns)
+        for j in range(chunk.num_columns):
+            column = chunk.column(j)
+            if column.path_in_schema.split(".", 1)[0] not in wanted:
+                continue
+            start = int(column.data_page_offset)
+            if column.has_dictionary_page and column.dictionary_page_offset is not None:
+                start = min(start, int(column.dictionary_page_offset))
+            raw = self.read_range(uri, path, start, int(column.total_compressed_size))
+            _, _, faults = check_page_crcs(raw, start, require_crc=True)
+            if faults:
+                page, _, detail = faults[0]
+                where = {"table": table, "file": uri, "row_group": group, "column": column.path_in_schema}
+                raise CorruptDataError(detail, {**where, "page": page})
 
     # -- what the host indexes (_chunk_index, _steps_index) read through this reader's counters --
 
@@ -143,7 +172,7 @@ class RowGroupReader:
         parquet = pq.ParquetFile(path, metadata=metadata, page_checksum_verification=True)
         try:
             rows: pa.Table = parquet.read(columns=list(columns), use_threads=False)
-        except OSError as err:
+        except (OSError, pa.ArrowException, EOFError) as err:
             where: dict[str, object] = {"table": table_of(uri), "file": uri, "column": ",".join(columns)}
             raise corrupt_or(err, where) from None
         size = _column_bytes(metadata, range(metadata.num_row_groups), columns)
@@ -162,10 +191,11 @@ class RowGroupReader:
         with self._lock:
             self.bytes_read += size
         if len(data) != size:
-            raise PiLoaderError(
-                f"{uri}: reading bytes {offset}..{offset + size}{f' ({what})' if what else ''} got only "
-                f"{len(data)} bytes: the file is shorter than its chunk index says (truncated, or "
-                "replaced under the same name)"
+            raise CorruptDataError(
+                f"reading bytes {offset}..{offset + size}{f' ({what})' if what else ''} got only "
+                f"{len(data)} bytes: the file is shorter than its index says (truncated, or "
+                "replaced under the same name)",
+                {"table": table_of(uri), "file": uri},
             )
         return data
 
@@ -174,7 +204,12 @@ class RowGroupReader:
             metadata = self._footers.get(uri)
         if metadata is not None:
             return metadata
-        metadata = pq.read_metadata(path)
+        try:
+            metadata = pq.read_metadata(path)
+        except FileNotFoundError:
+            raise
+        except (OSError, pa.ArrowException, EOFError) as err:  # a damaged or truncated footer
+            raise corrupt_or(err, {"table": table_of(uri), "file": uri}) from None
         size = int(metadata.serialized_size) + _FOOTER_TAIL_BYTES
         with self._lock:
             self.footer_reads += 1
@@ -198,14 +233,11 @@ def _column_bytes(metadata: pq.FileMetaData, groups: Iterable[int], columns: Seq
     return total
 
 
-def corrupt_or(err: OSError, where: dict[str, object]) -> Exception:
-    """`err` from pyarrow as a CorruptDataError naming `where` when it is a page CRC mismatch
-    ("CRC checksum verification failed for page_ordinal N"), else `err` itself."""
-    text = str(err)
-    if "CRC checksum verification failed" not in text:
-        return err
-    page = text.rsplit("page_ordinal", 1)[-1].strip()
-    return CorruptDataError(text, {**where, "page": int(page) if page.isdigit() else None})
+def corrupt_or(err: BaseException, where: dict[str, object]) -> BaseException:
+    """`err` from pyarrow as a CorruptDataError naming `where` when it says the file's bytes are
+    damaged (a page CRC mismatch, a footer or page that does not parse, a short file:
+    `_damage.is_damage`), else `err` itself (the storage failed: it keeps its own error)."""
+    return as_corrupt(err, where) if is_damage(err) else err
 
 
 def table_of(uri: str) -> str:

@@ -108,6 +108,8 @@ class StepsReader:
         max_episodes, max_bytes: bounds of the cache of parsed row groups (at most
             `_GROUPS_PER_EPISODE` x max_episodes of them, and max_bytes).
         steps_index: the host's steps-file indexes (footer-free reads); None: always pyarrow.
+        require_crc: the steps table records page CRCs in every file (`pi_format.lake.integrity`):
+            a page without one is damage (CorruptDataError), on either read path.
 
     Example:
         >>> steps = reader.read(0, [(40, 89)])   # the row groups holding steps 40..89
@@ -128,6 +130,7 @@ class StepsReader:
         max_episodes: int,
         max_bytes: int,
         steps_index: StepsIndex | None = None,
+        require_crc: bool = False,
     ) -> None:
         self._reader = reader
         self._locators = locators
@@ -139,6 +142,7 @@ class StepsReader:
         self._max_episodes = max_episodes
         self._max_bytes = max_bytes
         self._steps_index = steps_index
+        self._require_crc = require_crc
         self._reset()
 
     def _reset(self) -> None:
@@ -321,6 +325,8 @@ class StepsReader:
             if steps is None:
                 start = g * size
                 rows = self._reader.read(uri, first + g, STEPS_COLUMNS, table="steps", version=self._version)
+                if self._require_crc:  # pyarrow reads a page without a CRC unverified
+                    self._reader.check_crcs_present(uri, first + g, STEPS_COLUMNS, table="steps")
                 steps = parse_group(
                     rows,
                     f"episode {self._episode_ids[e]} (attempt {self._attempt_ids[e]}): steps row group "
@@ -362,7 +368,9 @@ class StepsReader:
         chunks = self._read_spans(uri, path, first + min(entries), spans)
         out: dict[int, StepsGroup] = {}
         for i, (g, entry) in enumerate(entries.items()):
-            group = decode_group(uri, first + g, entry, chunks[i * columns : (i + 1) * columns])
+            group = decode_group(
+                uri, first + g, entry, chunks[i * columns : (i + 1) * columns], require_crc=self._require_crc
+            )
             if group is not None:
                 out[g] = group
         return out
@@ -399,4 +407,5 @@ _STATE = (
     "_max_episodes",
     "_max_bytes",
     "_steps_index",
+    "_require_crc",
 )

@@ -32,7 +32,9 @@ class StepsGroup:
         return int(self.proprio.nbytes + self.action.nbytes + self.frame_index.nbytes)
 
 
-def decode_group(uri: str, group: int, entry: Sequence[int], chunks: list[memoryview]) -> StepsGroup | None:
+def decode_group(
+    uri: str, group: int, entry: Sequence[int], chunks: list[memoryview], *, require_crc: bool = False
+) -> StepsGroup | None:
     """Row group `group` of `uri` from its three list column chunks as the index row `entry`
     describes them, or None when a page holds what this path does not decode (empty lists,
     nulls, other widths: the row-group path then reads it and says what it is).
@@ -52,15 +54,17 @@ def decode_group(uri: str, group: int, entry: Sequence[int], chunks: list[memory
                 width=int(entry[list_field(c, index.WIDTH)]),
                 max_definition=int(entry[list_field(c, index.MAX_DEF)]),
                 dtype=np.dtype("<f4" if physical == "FLOAT" else "<i4"),
+                require_crc=require_crc,
             )
         except PageChecksumError as err:
             where = {"table": "steps", "file": uri, "row_group": group, "column": name, "page": err.page}
             raise CorruptDataError(str(err), where) from None
-        except PageError as err:
-            raise PiLoaderError(
-                f"steps file {uri}, row group {group}: the `{name}` column chunk read from the "
-                f"file's steps index ({len(raw)} bytes) is not what the index describes: {err}. The "
-                "file changed since it was indexed, or is corrupt"
+        except PageError as err:  # lake files are immutable: bytes that do not parse are damage
+            where = {"table": "steps", "file": uri, "row_group": group, "column": name}
+            raise CorruptDataError(
+                f"the `{name}` column chunk read from the file's steps index ({len(raw)} bytes) is not "
+                f"what the index describes: {err}. The file changed since it was indexed, or is corrupt",
+                where,
             ) from None
         if array is None:
             return None

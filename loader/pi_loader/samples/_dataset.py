@@ -26,6 +26,7 @@ from pi_loader._processes import warm_forkserver
 from pi_loader.order._order import SharedEpoch, check_seed, sample_order
 from pi_loader.reading._cache import CacheConfig
 from pi_loader.reading._chunk_index import index_directory
+from pi_loader.reading._damage import Unreadable, warn_unreadable
 from pi_loader.reading._episodes_rows import segment_directory
 from pi_loader.reading._lake import EpisodeData, Stats, make_storage, pooled_stats
 from pi_loader.reading._row_groups import DEFAULT_FOOTER_CACHE_BYTES
@@ -173,6 +174,9 @@ class Dataset:
             rows_directory=segment_directory(indexes),
         )
         self._snapshot = selection.snapshot
+        self._unreadable = selection.unreadable
+        if self._unreadable:  # damage stays local: the open goes on without what it holds
+            warn_unreadable(self._unreadable)
         lengths = selection.lengths
         self._index = SampleIndex.from_lengths(lengths)
         self._stats = {
@@ -235,6 +239,18 @@ class Dataset:
     def cameras(self) -> tuple[str, ...]:
         cameras = self._spec.cameras
         return cameras if cameras is not None else ()
+
+    @property
+    def unreadable(self) -> tuple[Unreadable, ...]:
+        """The lake files and Delta log entries this open could not read (damaged: see
+        `DamagedLakeWarning`), each naming the table, the file, what is wrong and the episodes
+        it holds; those episodes are not in this dataset. Empty for an intact lake.
+
+        Example:
+            >>> [str(u) for u in Dataset("/data/lake").unreadable]
+            []
+        """
+        return self._unreadable
 
     @property
     def table_versions(self) -> dict[str, int]:

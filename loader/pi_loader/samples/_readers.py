@@ -95,6 +95,7 @@ def build_readers(
             max_episodes=sizes.episode_cache_size,
             max_bytes=sizes.steps_cache_bytes,
             steps_index=StepsIndex(index_directory),
+            require_crc="steps" in selection.checksummed,
         ),
         video=VideoFrames(
             reader,

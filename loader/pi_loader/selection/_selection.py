@@ -20,9 +20,11 @@ from pi_format import LakeLayout
 from pi_format.lake import read_deleted_ids
 
 from pi_loader._errors import (
+    CorruptDataError,
     PiLoaderError,
     SnapshotDataMissingError,
 )
+from pi_loader.reading._damage import Unreadable
 from pi_loader.reading._lake import read_committed_episodes, resolve_tables
 from pi_loader.reading._storage import Storage
 from pi_loader.selection._snapshot import Snapshot
@@ -45,6 +47,10 @@ class Selection:
     snapshot: Snapshot
     episode_cameras: tuple[tuple[str, ...], ...]  # cameras each episode recorded
     video_sizes: np.ndarray  # int32 [E, 2]: (height, width) of each episode's video
+    # lake files and log entries the open could not read: their episodes are not in it
+    unreadable: tuple[Unreadable, ...] = ()
+    # tables that record page CRCs in every file: a page without one is damage
+    checksummed: frozenset[str] = frozenset()
 
     @property
     def episode_ids(self) -> tuple[str, ...]:
@@ -171,16 +177,28 @@ def select_episodes(
     """
     # A snapshot names rows, not files (decision 9): its (episode_id, attempt_id) pairs are read
     # from the current table, whose files compaction may have rewritten and GC deleted since.
-    episodes, versions = resolve_tables(layout, None, storage_options)
+    # A damaged episodes file or log entry costs the episodes it holds, not the open (decision
+    # 10): they are named in `unreadable` (and by `Dataset.unreadable`), the rest is read.
+    unreadable: list[Unreadable] = []
+    checksummed: set[str] = set()
+    episodes, versions = resolve_tables(layout, None, storage_options, unreadable, checksummed)
     if pinned is not None:
         rows = read_committed_episodes(
-            episodes, storage, ids, rows_directory, attempt_ids=list(pinned.attempt_ids)
+            episodes,
+            storage,
+            ids,
+            rows_directory,
+            attempt_ids=list(pinned.attempt_ids),
+            unreadable=unreadable,
         )
-        _check_pinned_rows(rows, pinned, layout, versions["episodes"])
+        _check_pinned_rows(rows, pinned, layout, versions["episodes"], unreadable)
     else:
         deleted = read_deleted_ids(layout, storage_options=storage_options)
-        rows = read_committed_episodes(episodes, storage, ids, rows_directory, deleted_ids=deleted)
+        rows = read_committed_episodes(
+            episodes, storage, ids, rows_directory, deleted_ids=deleted, unreadable=unreadable
+        )
     found = rows.column("episode_id").to_pylist() if rows.num_rows else []
+    damage = _damage_note(unreadable)
     if ids is not None and pinned is None:
         missing = sorted(set(ids) - set(found))
         if missing:
@@ -188,17 +206,24 @@ def select_episodes(
                 f"{len(missing)} selected episode(s) are not committed (or were deleted) in the lake at "
                 f"{layout.episodes} (episodes version {versions['episodes']}): "
                 f"{missing[:5]}{' ...' if len(missing) > 5 else ''}; is the catalog stale? "
-                "`pilake catalog rebuild` re-derives it from the lake"
+                f"`pilake catalog rebuild` re-derives it from the lake{damage}"
             )
+    if not found and unreadable:  # every selected marker is in damaged files: name the first
+        first = unreadable[0]
+        raise CorruptDataError(
+            f"no selected episode reads{damage}", {"table": first.table, "file": first.file}
+        )
     if not found:
         raise PiLoaderError(
-            "the selection has no episodes" + (f" (sql: {sql})" if sql else f" (lake: {layout.root})")
+            "the selection has no episodes"
+            + (f" (sql: {sql})" if sql else f" (lake: {layout.root})")
+            + damage
         )
     attempts = rows.column("attempt_id").to_pylist()
     # A reopened snapshot keeps its identity (its recorded versions and time): its fingerprint,
     # and so the sample order and any saved loader state, stay valid after compaction and GC.
     if pinned is not None:
-        return _selection(rows, dataclasses.replace(pinned, lake_root=layout.root))
+        return _selection(rows, dataclasses.replace(pinned, lake_root=layout.root), unreadable, checksummed)
     return _selection(
         rows,
         Snapshot(
@@ -208,13 +233,28 @@ def select_episodes(
             attempt_ids=tuple(attempts),
             sql=sql,
         ),
+        unreadable,
+        checksummed,
     )
 
 
-def _selection(rows: pa.Table, snapshot: Snapshot) -> Selection:
+def _damage_note(unreadable: list[Unreadable]) -> str:
+    if not unreadable:
+        return ""
+    return (
+        f"; {len(unreadable)} damaged lake file(s) or log entries could not be read, their episodes "
+        f"are left out: {'; '.join(map(str, unreadable[:3]))} (run `pilake verify`, then `pilake repair`)"
+    )
+
+
+def _selection(
+    rows: pa.Table, snapshot: Snapshot, unreadable: list[Unreadable], checksummed: set[str]
+) -> Selection:
     return Selection(
         rows=rows,
         snapshot=snapshot,
+        unreadable=tuple(unreadable),
+        checksummed=frozenset(checksummed),
         episode_cameras=_camera_lists(rows.column("cameras")),
         video_sizes=np.stack(
             [
@@ -226,7 +266,9 @@ def _selection(rows: pa.Table, snapshot: Snapshot) -> Selection:
     )
 
 
-def _check_pinned_rows(rows: pa.Table, pinned: Snapshot, layout: LakeLayout, version: int) -> None:
+def _check_pinned_rows(
+    rows: pa.Table, pinned: Snapshot, layout: LakeLayout, version: int, unreadable: list[Unreadable]
+) -> None:
     """Every (episode, attempt) pair of `pinned` must have its row in the lake."""
     got = set(zip(rows.column("episode_id").to_pylist(), rows.column("attempt_id").to_pylist(), strict=True))
     lost = [(e, a) for e, a in zip(pinned.episode_ids, pinned.attempt_ids, strict=True) if (e, a) not in got]
@@ -236,6 +278,7 @@ def _check_pinned_rows(rows: pa.Table, pinned: Snapshot, layout: LakeLayout, ver
             f"{layout.episodes} (version {version}), e.g. {lost[:3]}: the lake holds another committed "
             "attempt or none, so the snapshot belongs to another lake, or GC removed rows no dataset "
             "pin held (pin a selection with `pilake dataset create` to keep its rows)"
+            + _damage_note(unreadable)
         )
 
 

@@ -370,8 +370,8 @@ def test_a_corrupt_page_is_an_error_not_garbage(tmp_path: Path) -> None:
     header = page_header(memoryview(original), offset)
     page = offset + header.header_bytes
     for byte, error, match in (
-        # the page header's type field: the page does not parse
-        (offset, PiLoaderError, r"row group 1: the `action` column chunk .* not what the index"),
+        # the page header's type field: the page does not parse (damage: a CorruptDataError)
+        (offset, CorruptDataError, r"row group 1, column action.*: the `action` column chunk .* not what"),
         # the zstd frame's magic, its content size: the page's CRC (architecture decision 10)
         (page, CorruptDataError, r"steps file .*, row group 1, column action, page 0.*CRC"),
         (page + 5, CorruptDataError, r"steps file .*, row group 1, column action, page 0.*CRC"),
