@@ -67,6 +67,26 @@ class IsolatedReader:
             raise CatalogQueryError(str(err), sql) from err
         return result
 
+    def query_text(self, sql: str) -> str:
+        """The result of one statement as text, one row a line (TabSeparated; nothing is
+        appended to the statement, where `query_arrow` adds a FORMAT clause on a server).
+
+        Raises:
+            CatalogQueryError: ClickHouse refused or failed it.
+
+        Example:
+            >>> reader.query_text("EXPLAIN AST SELECT 1").splitlines()[0]
+            'SelectWithUnionQuery (children 1)'
+        """
+        try:
+            if self._server:
+                raw: bytes = self._handle.raw_query(sql, settings=dict(self._settings))
+            else:
+                raw = self._handle.query(sql, "TSVRaw").bytes()
+        except Exception as err:
+            raise CatalogQueryError(str(err), sql) from err
+        return raw.decode("utf-8", errors="replace")
+
 
 @contextlib.contextmanager
 def isolated_reader(
@@ -79,6 +99,7 @@ def isolated_reader(
         return
     client = connect(target, location)
     try:
-        yield IsolatedReader(client, fixed, server=True)
+        # over HTTP the values travel as URL parameters, unquoted
+        yield IsolatedReader(client, tuple((k, str(v)) for k, v in settings.items()), server=True)
     finally:
         client.close()

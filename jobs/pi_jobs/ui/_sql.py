@@ -189,10 +189,10 @@ def screen(reader: Any, sql: str, functions: EngineFunctions) -> str:
 
     checked = check_select(sql)
     try:
-        explain = reader.query_arrow(f"EXPLAIN AST\n{checked}")
+        explain = reader.query_text(f"EXPLAIN AST\n{checked}")
     except CatalogQueryError as err:
         raise QueryRefused(f"ClickHouse cannot parse the query: {_first_line(err.detail)}") from err
-    screen_ast("\n".join(str(v) for v in explain.column(0).to_pylist()), functions)
+    screen_ast(explain, functions)
     return checked
 
 

@@ -121,7 +121,7 @@ _TABLES = ("file", "url", "s3", "executable", "input", "remote", "mysql", "postg
 _SYSTEM = ("system.processes", "system.settings", "system.functions", "system.tables", "system.users",
            "system.query_log", "system.server_settings", "system.build_options", "system.disks",
            "information_schema.tables", "INFORMATION_SCHEMA.COLUMNS")  # fmt: skip
-_GAPS = ("", " ", "/**/", "/* x */ ", "\n", "\t", " -- c\n", "\r\n")
+_GAPS = ("", " ", "/**/", "/* x */ ", "\n", "\t", " -- c\n", "\r\n", "\u00a0", "\u2028", "\ufeff")
 _SUFFIXES = (" SETTINGS readonly = 0", " SETTINGS max_memory_usage = 0", "; DROP TABLE episodes_index",
              " INTO OUTFILE '/tmp/pilake-ui-probe'", " FORMAT JSON", ";SELECT 1",
              " settings\nreadonly=0")  # fmt: skip
@@ -132,7 +132,9 @@ def _case(rng: random.Random, name: str) -> str:
 
 
 def _spell(rng: random.Random, name: str) -> str:
-    kind = rng.randrange(5)
+    kind = rng.randrange(6)
+    if kind == 5:  # a homoglyph (Cyrillic і / о) or a full-width letter in place of a Latin one
+        return name.replace("i", "\u0456", 1).replace("o", "\u043e", 1).replace("e", "\uff45", 1)
     if kind == 0:
         return f"`{name}`"
     if kind == 1:
