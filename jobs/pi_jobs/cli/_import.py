@@ -123,6 +123,14 @@ def _common(p: argparse.ArgumentParser) -> None:
         "per episode in its tags",
     )
     p.add_argument(
+        "--drop-feature",
+        action="append",
+        default=None,
+        metavar="NAME",
+        help="import without this feature (LeRobot) or dataset path (HDF5, a glob), which the lake has "
+        "no column for (repeatable); without it such a feature is refused",
+    )
+    p.add_argument(
         "--max-array-mb",
         type=float,
         default=4096.0,
@@ -143,13 +151,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     h.set_defaults(func=_cmd_hdf5)
     r = isub.add_parser("lerobot", help="a LeRobot v3 dataset directory (tasks become instructions)")
     r.add_argument("dir")
-    r.add_argument(
-        "--drop-feature",
-        action="append",
-        default=None,
-        metavar="NAME",
-        help="import without this feature, which the lake has no column for (repeatable); "
-        "without it such a feature is refused",
-    )
     _common(r)
     r.set_defaults(func=_cmd_lerobot)

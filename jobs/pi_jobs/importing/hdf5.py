@@ -24,6 +24,12 @@ A **mapping file** (TOML) describes any other layout:
 
 Episode ids are `<file stem>-<sha256 of the file, 10 hex>-<group>`: the same file imports to
 the same ids wherever it lies, so a rerun imports nothing twice.
+
+Nothing is dropped silently: in a recognised layout, a dataset of an episode that the layout
+neither imports nor names as not imported (robomimic: `rewards`, `dones`, `states` (the
+simulator's state), `next_obs/*` (the next step's observations); ALOHA: `observations/qvel`,
+`observations/effort`, `compress_len`, `base_action`) is refused unless `--drop-feature PATH`
+names it. A mapping file names what it imports; the rest of the file is the user's choice.
 """
 
 from __future__ import annotations
@@ -53,6 +59,11 @@ from pi_jobs.importing._episodes import (
 
 _ROBOMIMIC_FPS = 20.0  # robosuite's default control frequency; robomimic files do not store it
 _ALOHA_FPS = 50.0  # ALOHA's control loop (ACT's DT = 0.02 s)
+# datasets a recognised layout knowingly leaves out (documented above): not columns of the lake
+_NOT_IMPORTED = {
+    "robomimic": ("rewards", "dones", "states", "next_obs/*"),
+    "aloha": ("observations/qvel", "observations/effort", "compress_len", "base_action"),
+}
 _MAPPING_KEYS = {"episodes", "proprio", "action", "cameras", "fps", "robot_type", "task", "layout"}
 
 
@@ -257,6 +268,8 @@ def _read_open(
         where = f"{path}#{name or '/'}"
         try:
             group = h5[name] if name else h5
+            if mapping is None:
+                _check_unused(group, layout, where, options)
             proprio, action, frames = _episode_arrays(group, layout, where, options)
         except (OSError, KeyError, ValueError, TypeError) as err:  # h5py's errors of a damaged file
             raise DatasetImportError(
@@ -278,6 +291,23 @@ def _read_open(
         )
         notes = (SpanText("instruction", text, 0, episode.step_count),) if text else ()
         yield ImportedEpisode(episode, source=f"{layout.layout}:{where}", annotations=notes)
+
+
+def _check_unused(group: Any, layout: Hdf5Mapping, where: str, options: ImportOptions) -> None:
+    """Refuse datasets of an episode that the layout would drop without saying so."""
+    import h5py
+
+    paths: list[str] = []
+    group.visititems(lambda key, obj: paths.append(key) if isinstance(obj, h5py.Dataset) else None)
+    used = {*layout.proprio, layout.action, *layout.cameras.values()}
+    known = (*_NOT_IMPORTED.get(layout.layout, ()), *options.drop_features)
+    unused = sorted(p for p in paths if p not in used and not any(fnmatch.fnmatch(p, k) for k in known))
+    if unused:
+        raise DatasetImportError(
+            f"{where}: datasets {unused[:10]} have no column in the lake and the {layout.layout} layout "
+            "does not import them; pass --drop-feature PATH for each to import without them, or "
+            "write a mapping file (--mapping) that says what to import"
+        )
 
 
 def _episode_arrays(

@@ -208,6 +208,31 @@ def test_a_feature_without_a_lake_column_is_refused_unless_dropped(tmp_path: Pat
     assert [i.episode.step_count for i in items] == [12, 9, 15]
 
 
+def test_an_hdf5_dataset_the_layout_does_not_import_is_refused_unless_dropped(tmp_path: Path) -> None:
+    path = write_robomimic(tmp_path / "torques.hdf5", demos=2, steps=10)
+    with h5py.File(path, "r+") as f:
+        f["data/demo_1"].create_dataset("joint_torques", data=np.zeros((11, 7)))
+    items = read_hdf5(path)
+    next(items)  # rewards and dones: documented as not imported
+    with pytest.raises(
+        DatasetImportError, match=r"demo_1: datasets \['joint_torques'\] have no column .*--drop-feature"
+    ):
+        next(items)
+    kept = list(read_hdf5(path, options=ImportOptions(drop_features=("joint_torques",))))
+    assert [i.episode.step_count for i in kept] == [10, 11]
+
+
+def test_the_command_takes_the_import_options() -> None:
+    from pi_jobs.cli import build_parser
+
+    args = build_parser().parse_args(
+        ["import", "lerobot", "ds", "--resize", "center-crop", "--drop-feature", "a", "--drop-feature", "b"]
+    )
+    assert (args.resize, args.drop_feature, args.max_array_mb) == ("center-crop", ["a", "b"], 4096.0)
+    with pytest.raises(SystemExit):
+        build_parser().parse_args(["import", "hdf5", "x.hdf5", "--resize", "squash"])
+
+
 def test_an_hdf5_dataset_declared_huge_is_refused_before_it_is_read(tmp_path: Path) -> None:
     path = write_robomimic(tmp_path / "huge.hdf5", demos=2, steps=10)
     with h5py.File(path, "r+") as f:
