@@ -31,6 +31,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from pi_jobs.errors import PiJobsError
+from pi_jobs.ops._topic_records import Unaccounted
 
 # Ids listed in the printed table per category (the JSON has them all).
 _SHOWN_IDS = 10
@@ -106,6 +107,8 @@ class AuditInputs:
     # and import staging directories (counted in `staging_leftovers` too)
     spool_leftovers: Sequence[str] = ()
     staging_leftovers: int = 0
+    # records of the topic with no raw row (pi_jobs.ops._topic_records); None: not read
+    unaccounted: Unaccounted | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,6 +144,10 @@ class AuditReport:
     deleted: int = 0  # deleted by an operator (`pilake episodes delete`): in, accounted for
     spool_leftovers: tuple[str, ...] = ()  # one line per spool with pending entries / staging dir
     staging_leftovers: int = 0  # import staging directories left by a killed import
+    # records on the topic that reached neither raw nor quarantine (None: the records were not
+    # read); their episodes count as "in", keyless ones as missing
+    topic_records_unaccounted: int | None = None
+    unaccounted_records: tuple[str, ...] = ()  # "partition:offset key=..." of the first of them
 
     @property
     def catalog_agrees(self) -> bool:
@@ -200,6 +207,8 @@ def reconcile(inputs: AuditInputs) -> AuditReport:
     received = {eid for eid in inputs.raw_episode_ids if eid is not None}
     submitted = {eid for eid, n in inputs.submitted.items() if n > 0}
     episodes_in = submitted | received | visible | set(latest_reason) | deleted
+    if inputs.unaccounted is not None:  # on the topic, in neither raw nor quarantine
+        episodes_in |= inputs.unaccounted.episode_ids | inputs.unaccounted.keyless
     missing = episodes_in - visible - quarantined - deleted
     by_reason = Counter(latest_reason[eid][1] for eid in quarantined)
     return AuditReport(
@@ -226,6 +235,8 @@ def reconcile(inputs: AuditInputs) -> AuditReport:
         deleted=len(deleted & episodes_in),
         spool_leftovers=tuple(inputs.spool_leftovers),
         staging_leftovers=inputs.staging_leftovers,
+        topic_records_unaccounted=None if inputs.unaccounted is None else len(inputs.unaccounted.records),
+        unaccounted_records=() if inputs.unaccounted is None else inputs.unaccounted.lines(),
     )
 
 
@@ -268,11 +279,26 @@ def format_report(report: AuditReport, *, lake_root: str = "") -> str:
         f"  records: {report.raw_records} in the raw table ({report.raw_records_without_id} without a key), "
         f"{report.quarantined_records_without_id} of them quarantined without an episode id, "
         f"stream job's offset lag on the topic: {unread}",
+        *_unaccounted_lines(report),
         f"  spools: {len(report.spool_dirs)} read, {len(report.spool_leftovers)} with leftovers",
         *(f"    {line}" for line in report.spool_leftovers[:_SHOWN_IDS]),
         f"  result: {'OK' if report.ok else 'FAILED'}",
     ]
     return "\n".join(lines)
+
+
+def _unaccounted_lines(report: AuditReport) -> list[str]:
+    if report.topic_records_unaccounted is None:
+        return []
+    shown = report.unaccounted_records[:_SHOWN_IDS]
+    return [
+        f"  topic records in neither raw nor quarantine: {report.topic_records_unaccounted}"
+        + (
+            f"  [{', '.join(shown)}{', ...' if report.topic_records_unaccounted > len(shown) else ''}]"
+            if shown
+            else ""
+        )
+    ]
 
 
 # -- I/O --------------------------------------------------------------------------------------

@@ -115,7 +115,7 @@ def collect(
         ...                  catalog_path="/data/catalog")
     """
     submitted, confirmed = read_spools(spool_dirs)
-    raw = _read_table(layout.raw, ["episode_id"])
+    raw = _read_table(layout.raw, ["episode_id", "kafka_topic", "kafka_partition", "kafka_offset"])
     episodes = _read_table(layout.episodes, ["episode_id", "attempt_id", "committed_at_ns", "featurizer"])
     quarantine = _read_table(
         layout.quarantine,
@@ -141,6 +141,11 @@ def collect(
     if catalog_path is not None:
         catalog_ids = _catalog_ids(catalog_path)
     topic = read_topic(topic_config) if topic_config is not None else None
+    unaccounted = None
+    if topic_config is not None and topic is not None:  # every record on the topic: did it reach raw?
+        from pi_jobs.ops._topic_records import topic_unaccounted
+
+        unaccounted = topic_unaccounted(topic_config, dict(topic.end), raw)
     leftovers = spool_leftovers([Path(p) for p in spool_dirs])
     return AuditInputs(
         submitted=submitted,
@@ -152,6 +157,7 @@ def collect(
         deleted=[] if deletions is None else deletions.column("episode_id").to_pylist(),
         catalog_ids=catalog_ids,
         topic=topic,
+        unaccounted=unaccounted,
         spool_dirs=[str(p) for p in spool_dirs],
         spool_leftovers=[x.line() for x in leftovers],
         staging_leftovers=sum(1 for x in leftovers if x.kind == "staging"),
