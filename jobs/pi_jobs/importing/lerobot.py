@@ -46,14 +46,15 @@ from pi_jobs.importing._episodes import (
     make_episode,
     safe_name,
 )
+from pi_jobs.importing._lerobot_checks import (
+    check_features,
+    check_frame_shape,
+    check_rate,
+    check_totals,
+    vectors,
+)
 
 _IMAGES_PREFIX = "observation.images."
-# columns every LeRobot data file has that the lake keeps in its own form (the step index, the
-# rate's timestamps, the task as annotations) or needs no column for (global indexes)
-_BOOKKEEPING = ("timestamp", "frame_index", "episode_index", "index", "task_index")
-# how far the timestamps' rate may be from info.json's fps (float32 timestamps: well within)
-_FPS_TOLERANCE = 0.01
-_FIX = "Nothing of this import was spooled or sent"
 
 
 def _read_parquet(path: Path, what: str, options: ImportOptions | None = None) -> pa.Table:
@@ -183,10 +184,10 @@ def read_lerobot(
     fps = float(info["fps"])
     videos = sorted(k for k, f in features.items() if f.get("dtype") == "video")
     images = sorted(k for k, f in features.items() if f.get("dtype") == "image")
-    _check_features(root, features, {state_key, action_key, *videos, *images}, options)
+    check_features(root, features, {state_key, action_key, *videos, *images}, options)
     tasks = read_tasks(root)
     meta = read_episodes_meta(root)
-    _check_totals(root, info, meta)
+    check_totals(root, info, meta)
     digest = _meta_digest(root)
     kind = robot_type or info.get("robot_type") or "unknown"
     data_files: dict[str, pa.Table] = {}
@@ -199,14 +200,14 @@ def read_lerobot(
             raise DatasetImportError(
                 f"{where}: meta/episodes says length {length}, {path} holds {rows.num_rows} rows of it"
             )
-        proprio = _vectors(rows, state_key, features, path, where)
-        action = _vectors(rows, action_key, features, path, where)
-        _check_rate(rows, fps, path, where)
+        proprio = vectors(rows, state_key, features, path, where)
+        action = vectors(rows, action_key, features, path, where)
+        check_rate(rows, fps, path, where)
         frames = {_camera(k): _decode_images(rows.column(k), where) for k in images}
         for key in videos:
             frames[_camera(key)] = _decode_segment(root, info, key, row, length, fps, where, options)
         for key in (*images, *videos):
-            _check_frame_shape(features[key], frames[_camera(key)], key, where)
+            check_frame_shape(features[key], frames[_camera(key)], key, where)
         task_ids = rows.column("task_index").to_pylist() if "task_index" in rows.column_names else []
         spans = _task_spans(task_ids, tasks)
         episode = make_episode(
@@ -223,83 +224,6 @@ def read_lerobot(
             options=options,
         )
         yield ImportedEpisode(episode, source=f"lerobot:{where}", annotations=tuple(spans))
-
-
-def _check_features(root: Path, features: dict[str, Any], used: set[str], options: ImportOptions) -> None:
-    typos = sorted(set(options.drop_features) - set(features))
-    if typos:
-        raise DatasetImportError(
-            f"{root}: --drop-feature {typos} names no feature; features are {sorted(features)}"
-        )
-    overlap = sorted(set(options.drop_features) & used)
-    if overlap:
-        raise DatasetImportError(
-            f"{root}: --drop-feature {overlap} is a feature the lake keeps; it cannot be dropped"
-        )
-    unknown = sorted(set(features) - used - set(_BOOKKEEPING) - set(options.drop_features))
-    if unknown:
-        raise DatasetImportError(
-            f"{root}: features {unknown} have no column in the lake (it keeps observation.state as the "
-            "proprio, action, and the cameras); pass --drop-feature NAME for each to import without "
-            "them (recorded nowhere), or fold them into observation.state first"
-        )
-
-
-def _check_totals(root: Path, info: dict[str, Any], meta: pa.Table) -> None:
-    episodes, frames = meta.num_rows, sum(int(v) for v in meta.column("length").to_pylist())
-    for key, found in (("total_episodes", episodes), ("total_frames", frames)):
-        said = info.get(key)
-        if said is not None and said != found:
-            raise DatasetImportError(
-                f"{root}/meta/info.json says {key} {said}, meta/episodes holds {found}: the dataset is "
-                "incomplete or its info.json is wrong; restore it or correct info.json"
-            )
-
-
-def _vectors(rows: pa.Table, key: str, features: dict[str, Any], path: str, where: str) -> np.ndarray:
-    """The [T, D] float32 values of `key`, checked against info.json's shape for it."""
-    try:
-        values = np.asarray(rows.column(key).to_pylist(), dtype=np.float32)
-    except (ValueError, TypeError) as err:  # ragged rows, nulls, strings
-        raise DatasetImportError(
-            f"{where}: {path} column {key} is not a [T, D] array of numbers: {err}"
-        ) from err
-    if values.ndim == 1:
-        values = values[:, None]
-    declared = features[key].get("shape")
-    width = int(np.prod(values.shape[1:]))
-    if isinstance(declared, list) and int(np.prod(declared)) != width:
-        raise DatasetImportError(
-            f"{where}: meta/info.json says {key} has shape {declared}, the rows of {path} have {width} "
-            f"values: correct info.json's shape (or the data)"
-        )
-    return values.reshape(len(values), width)
-
-
-def _check_rate(rows: pa.Table, fps: float, path: str, where: str) -> None:
-    if "timestamp" not in rows.column_names or rows.num_rows < 2:
-        return
-    steps = np.diff(np.asarray(rows.column("timestamp").to_pylist(), dtype=np.float64))
-    step = float(np.median(steps))
-    if not step > 0 or abs(1.0 / step - fps) > _FPS_TOLERANCE * fps:
-        rate = f"{1.0 / step:.3f} fps" if step > 0 else "no rate"
-        raise DatasetImportError(
-            f"{where}: meta/info.json says fps {fps:g}, the timestamps in {path} step by {step:.6f} s "
-            f"({rate}): correct info.json's fps (the lake records the rate as control_rate_hz)"
-        )
-
-
-def _check_frame_shape(feature: dict[str, Any], frames: np.ndarray, key: str, where: str) -> None:
-    shape, names = feature.get("shape"), feature.get("names")
-    if not isinstance(shape, list) or len(shape) != 3:
-        return
-    channels_first = names == ["channels", "height", "width"]
-    declared = (shape[1], shape[2]) if channels_first else (shape[0], shape[1])
-    if tuple(frames.shape[1:3]) != tuple(declared):
-        raise DatasetImportError(
-            f"{where}: meta/info.json says {key} is {declared[1]}x{declared[0]} (width x height), its "
-            f"frames are {frames.shape[2]}x{frames.shape[1]}: correct info.json's shape"
-        )
 
 
 def _camera(key: str) -> str:
