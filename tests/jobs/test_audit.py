@@ -245,4 +245,5 @@ def test_audit_reads_every_spool_of_the_installation(
     out = capsys.readouterr().out
     assert "staging of an import killed while reading (1 episodes read, none spooled or sent)" in out
     assert "spool-import/0123abcd: 1 episodes spooled without a lake ack [imp1]" in out
+    assert "spool-import: 1 episodes left by an import of an older pilake [legacy]" in out
     assert "missing             3" in out

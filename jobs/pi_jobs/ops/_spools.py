@@ -64,6 +64,12 @@ class SpoolLeftover:
         shown = ", ".join(self.episode_ids[:_IDS_SHOWN]) + (
             ", ..." if len(self.episode_ids) > _IDS_SHOWN else ""
         )
+        if Path(self.path).name == "spool-import":  # entries straight in it: pilake before issue 31
+            return (
+                f"{self.path}: {len(self.episode_ids)} episodes left by an import of an older pilake "
+                f"[{shown}]; no import sends them any more: rerun that import (it commits them with "
+                "their annotations), then delete these *.piep/*.json entries"
+            )
         return (
             f"{self.path}: {len(self.episode_ids)} episodes spooled without a lake ack [{shown}]; "
             "a running uploader or stream job may still confirm them, else rerun the upload/import "
