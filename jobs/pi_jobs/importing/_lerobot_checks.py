@@ -22,6 +22,8 @@ _FPS_TOLERANCE = 0.01
 
 
 def check_features(root: Path, features: dict[str, Any], used: set[str], options: ImportOptions) -> None:
+    """Refuse a feature the lake has no column for unless `options.drop_features` names it (and
+    a --drop-feature that names no feature, or one the lake keeps)."""
     typos = sorted(set(options.drop_features) - set(features))
     if typos:
         raise DatasetImportError(
@@ -42,6 +44,7 @@ def check_features(root: Path, features: dict[str, Any], used: set[str], options
 
 
 def check_totals(root: Path, info: dict[str, Any], meta: pa.Table) -> None:
+    """info.json's total_episodes / total_frames against meta/episodes."""
     episodes, frames = meta.num_rows, sum(int(v) for v in meta.column("length").to_pylist())
     for key, found in (("total_episodes", episodes), ("total_frames", frames)):
         said = info.get(key)
@@ -73,6 +76,7 @@ def vectors(rows: pa.Table, key: str, features: dict[str, Any], path: str, where
 
 
 def check_rate(rows: pa.Table, fps: float, path: str, where: str) -> None:
+    """info.json's fps against the median step of the episode's timestamps."""
     if "timestamp" not in rows.column_names or rows.num_rows < 2:
         return
     steps = np.diff(np.asarray(rows.column("timestamp").to_pylist(), dtype=np.float64))
@@ -86,6 +90,7 @@ def check_rate(rows: pa.Table, fps: float, path: str, where: str) -> None:
 
 
 def check_frame_shape(feature: dict[str, Any], frames: np.ndarray, key: str, where: str) -> None:
+    """A camera feature's declared (height, width) against its decoded frames."""
     shape, names = feature.get("shape"), feature.get("names")
     if not isinstance(shape, list) or len(shape) != 3:
         return
