@@ -174,8 +174,14 @@ def stage_import(
             if eid in in_lake:
                 result.in_lake.append(eid)
                 continue
-            messages = encode_episode(item.episode)
-            write_bundle(staging / f"{eid}{BUNDLE_SUFFIX}", messages)
+            try:
+                messages = encode_episode(item.episode)
+                write_bundle(staging / f"{eid}{BUNDLE_SUFFIX}", messages)
+            except (ValueError, OSError) as err:  # the wire protocol's limits, a full disk
+                raise DatasetImportError(
+                    f"{item.source}: cannot be encoded for the ingest path ({type(err).__name__}: "
+                    f"{err}). Nothing of this import was spooled or sent"
+                ) from err
             result.staged.append(eid)
             result.staged_bytes += sum(len(m) for m in messages)
             elapsed = max(time.monotonic() - started, 1e-9)
