@@ -153,12 +153,15 @@ class Catalog(SnapshotsMixin, AnnotationsMixin):
                 self._held = None
 
     @contextlib.contextmanager
-    def isolated_reader(self, settings: Mapping[str, object]) -> Iterator[IsolatedReader]:
+    def isolated_reader(
+        self, settings: Mapping[str, object], *, credentials_env: tuple[str, str] | None = None
+    ) -> Iterator[IsolatedReader]:
         """A reader whose queries run beside this process's other catalog calls (neither
         waiting for them nor holding them up) under `settings`, applied in order to every query
         (put `readonly` last: at readonly = 1 no later setting may change). On chdb it is a
         handle of its own on the process's engine (chdb 4.x runs handles in parallel); on a
-        server, a client of its own.
+        server, a client of its own, as the user named by the environment variables
+        `credentials_env` (user, password) where the first is set, else as every other call.
 
         Raises:
             ValueError: a setting name that is not a lower-case word.
@@ -167,7 +170,9 @@ class Catalog(SnapshotsMixin, AnnotationsMixin):
             >>> with catalog.isolated_reader({"max_execution_time": 10, "readonly": 1}) as reader:
             ...     reader.query_arrow("SELECT count() AS n FROM episodes")
         """
-        with isolated_reader(self._target, self.location, self.lock_timeout_s, settings) as reader:
+        with isolated_reader(
+            self._target, self.location, self.lock_timeout_s, settings, credentials_env
+        ) as reader:
             yield reader
 
     @contextlib.contextmanager

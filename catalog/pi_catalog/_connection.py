@@ -56,9 +56,11 @@ def parse_location(location: str) -> str | ServerLocation:
     return os.path.abspath(location)
 
 
-def connect(target: str | ServerLocation, location: str) -> Any:
-    """A clickhouse-connect client for a chdb path or a server (credentials from the environment;
-    never echoed in errors).
+def connect(
+    target: str | ServerLocation, location: str, *, user_env: str = USER_ENV, password_env: str = PASSWORD_ENV
+) -> Any:
+    """A clickhouse-connect client for a chdb path or a server (credentials from the environment
+    variables `user_env` / `password_env`; never echoed in errors).
 
     Example:
         >>> client = connect("/data/catalog", "/data/catalog")
@@ -78,12 +80,13 @@ def connect(target: str | ServerLocation, location: str) -> Any:
             port=target.port,
             database=target.database,
             secure=target.secure,
-            username=os.environ.get(USER_ENV, "default"),
-            password=os.environ.get(PASSWORD_ENV, ""),
+            username=os.environ.get(user_env, "default"),
+            password=os.environ.get(password_env, ""),
         )
     except Exception as err:
         # Never echo credentials: the message names the location and the user only.
-        raise PiCatalogError(f"cannot open the catalog at {location}: {err}{_hint(err, target)}") from err
+        hint = _hint(err, target, user_env, password_env)
+        raise PiCatalogError(f"cannot open the catalog at {location}: {err}{hint}") from err
 
 
 # ClickHouse's authentication error codes: REQUIRED_PASSWORD, UNKNOWN_USER, WRONG_PASSWORD,
@@ -91,15 +94,15 @@ def connect(target: str | ServerLocation, location: str) -> Any:
 _AUTH_CODES = frozenset({194, 192, 193, 516})
 
 
-def _hint(err: Exception, target: str | ServerLocation) -> str:
+def _hint(err: Exception, target: str | ServerLocation, user_env: str, password_env: str) -> str:
     """What to do about a failed connect, by what clickhouse-connect raised."""
     if isinstance(target, str):
         return ""
     from clickhouse_connect.driver.exceptions import DatabaseError, OperationalError
 
     if isinstance(err, DatabaseError) and getattr(err, "code", None) in _AUTH_CODES:
-        user = os.environ.get(USER_ENV, "default")
-        return f"; the server refused user {user!r}: check {USER_ENV} and {PASSWORD_ENV}"
+        user = os.environ.get(user_env, "default")
+        return f"; the server refused user {user!r}: check {user_env} and {password_env}"
     if isinstance(err, OperationalError):
         return f"; is a ClickHouse server running and reachable at {target.host}:{target.port}?"
     return ""

@@ -10,6 +10,7 @@ own whose every query carries the settings.
 from __future__ import annotations
 
 import contextlib
+import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
@@ -90,14 +91,21 @@ class IsolatedReader:
 
 @contextlib.contextmanager
 def isolated_reader(
-    target: str | ServerLocation, location: str, lock_timeout_s: float, settings: Mapping[str, object]
+    target: str | ServerLocation,
+    location: str,
+    lock_timeout_s: float,
+    settings: Mapping[str, object],
+    credentials_env: tuple[str, str] | None = None,
 ) -> Iterator[IsolatedReader]:
     fixed = _settings(settings)
     if isinstance(target, str):
         with side_handle(target, location, lock_timeout_s, fixed) as handle:
             yield IsolatedReader(handle, fixed, server=False)
         return
-    client = connect(target, location)
+    if credentials_env is not None and credentials_env[0] in os.environ:
+        client = connect(target, location, user_env=credentials_env[0], password_env=credentials_env[1])
+    else:
+        client = connect(target, location)
     try:
         # over HTTP the values travel as URL parameters, unquoted
         yield IsolatedReader(client, tuple((k, str(v)) for k, v in settings.items()), server=True)

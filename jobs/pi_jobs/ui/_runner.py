@@ -22,6 +22,11 @@ from pi_jobs.ui._screen import EngineFunctions
 from pi_jobs.ui._sql import QueryResult, run_select
 from pi_jobs.ui.config import UiConfig
 
+# On a server catalog, users' SQL runs as this user where it is set (deploy/k8s/clickhouse.yaml:
+# `pilake_ui`, read-only on the catalog's database, its limits a settings profile), while the
+# other pages read as PILAKE_CLICKHOUSE_USER (the Overview creates missing tables).
+SQL_CREDENTIALS_ENV = ("PILAKE_UI_CLICKHOUSE_USER", "PILAKE_UI_CLICKHOUSE_PASSWORD")
+
 
 def query_settings(config: UiConfig) -> dict[str, object]:
     """The settings every statement of the Query page runs under, in the order they are set
@@ -142,7 +147,10 @@ class SqlRunner:
                 f"the query is {len(sql)} characters, more than the {self.config.max_sql_chars} this page "
                 "takes; shorten it (or run it with `pilake sql`)"
             )
-        with self.gate, self.catalog.isolated_reader(self.settings) as reader:
+        with (
+            self.gate,
+            self.catalog.isolated_reader(self.settings, credentials_env=SQL_CREDENTIALS_ENV) as reader,
+        ):
             return run_select(
                 reader,
                 sql,

@@ -84,3 +84,18 @@ def test_the_limits_travel_with_every_request(client: TestClient) -> None:
 
 
 _ = _good  # shared helper of the embedded tests (its row count differs here)
+
+
+def test_user_sql_runs_as_the_ui_user_where_one_is_set(
+    client: TestClient, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # the double has one user: a wrong password for the UI's user shows that users' SQL (and only
+    # it) connects as PILAKE_UI_CLICKHOUSE_USER, while the Overview reads as PILAKE_CLICKHOUSE_USER
+    monkeypatch.setenv("PILAKE_UI_CLICKHOUSE_USER", USER)
+    monkeypatch.setenv("PILAKE_UI_CLICKHOUSE_PASSWORD", "wrong-" + PASSWORD)
+    response = _query(client, "SELECT 1 AS x")
+    assert response.status_code == 500
+    assert "PILAKE_UI_CLICKHOUSE_PASSWORD" in response.text and PASSWORD not in response.text
+    assert client.get("/").status_code == 200
+    monkeypatch.setenv("PILAKE_UI_CLICKHOUSE_PASSWORD", PASSWORD)
+    assert _query(client, "SELECT 1 AS x").status_code == 200
