@@ -38,7 +38,12 @@ KUBERNETES_KINDS = {
     # custom resources' metadata is validated as Kubernetes validates it
     "ObjectMeta": "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
 }
-STRIMZI_CRDS = ["040-Crd-kafka.yaml", "043-Crd-kafkatopic.yaml", "045-Crd-kafkanodepool.yaml"]
+STRIMZI_CRDS = [
+    "040-Crd-kafka.yaml",
+    "043-Crd-kafkatopic.yaml",
+    "044-Crd-kafkauser.yaml",
+    "045-Crd-kafkanodepool.yaml",
+]
 REPORTER_EXAMPLES = "packaging/examples/metrics/strimzi-metrics-reporter"
 FLINK_CRDS = ["flinkdeployments.flink.apache.org-v1.yml"]
 PROMETHEUS_CRDS = ["podmonitors", "servicemonitors"]

@@ -16,7 +16,15 @@ from pi_format.lake import (
     VIDEO_SCHEMA,
     LakeLayout,
 )
-from pi_format.topics import ACK_TOPIC, RAW_TOPIC, RAW_TOPIC_PARTITIONS, Ack, AckStatus
+from pi_format.topics import (
+    ACK_TOPIC,
+    RAW_TOPIC,
+    RAW_TOPIC_PARTITIONS,
+    Ack,
+    AckRoutes,
+    AckStatus,
+    fleet_ack_topic,
+)
 
 __all__ = [
     "ACK_TOPIC",
@@ -30,6 +38,7 @@ __all__ = [
     "TABLE_SCHEMAS",
     "VIDEO_SCHEMA",
     "Ack",
+    "AckRoutes",
     "AckStatus",
     "CameraSpec",
     "CameraVideo",
@@ -40,4 +49,5 @@ __all__ = [
     "ProtocolError",
     "QuarantineReason",
     "VideoError",
+    "fleet_ack_topic",
 ]

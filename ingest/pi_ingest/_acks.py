@@ -16,12 +16,17 @@ from typing import Any
 
 from pi_format.topics import Ack, AckStatus
 
+from pi_ingest._access import access_error, is_access_error
 from pi_ingest._config import UploaderConfig
 from pi_ingest._kafka_log import KafkaLog
 from pi_ingest._metrics import ACKED
 from pi_ingest.spool import Spool
 
 logger = logging.getLogger("pi_ingest")
+
+# Group id prefix of the ack consumer (never joined, never committed); a fleet's Kafka user has
+# Read on this prefix (deploy/k8s/kafka-users.yaml).
+ACK_GROUP_PREFIX = "pi-ingest-acks-"
 
 
 class AckListener:
@@ -43,6 +48,7 @@ class AckListener:
         self._consumer: Any = None
         self._assigned = False
         self._kafka_logger = kafka_log
+        self._refused: Any = None  # the broker's refusal (credentials, TLS, ACLs): see _access
         self.committed: list[str] = []
         self.quarantined: list[str] = []
 
@@ -56,13 +62,13 @@ class AckListener:
 
     def _get_consumer(self, metadata_timeout_s: float) -> Any:
         """The ack consumer, assigned to every partition from the beginning; None until the topic exists."""
-        from confluent_kafka import OFFSET_BEGINNING, Consumer, TopicPartition
+        from confluent_kafka import OFFSET_BEGINNING, Consumer, KafkaException, TopicPartition
 
         if self._consumer is None:
             conf: dict[str, Any] = {
                 "bootstrap.servers": self.config.bootstrap_servers,
                 # Needed by the client, never joined: assign() below skips the group protocol.
-                "group.id": f"pi-ingest-acks-{uuid.uuid4().hex}",
+                "group.id": f"{ACK_GROUP_PREFIX}{uuid.uuid4().hex}",
                 "enable.auto.commit": False,
                 # After a broker restart our position is past the new log's end: start over.
                 "auto.offset.reset": "earliest",
@@ -70,13 +76,22 @@ class AckListener:
                 "heartbeat.interval.ms": 1000,
                 "fetch.wait.max.ms": 100,
                 "logger": self._kafka_logger,
+                "error_cb": self._on_error,
             }
             conf.update(self.config.client_options)
             self._consumer = Consumer(conf)
             self._assigned = False
         if not self._assigned:
-            meta = self._consumer.list_topics(self.config.ack_topic, timeout=metadata_timeout_s)
+            try:
+                meta = self._consumer.list_topics(self.config.ack_topic, timeout=metadata_timeout_s)
+            except KafkaException as exc:  # no metadata within the timeout: refused, or not up yet
+                self._consumer.poll(0)  # serve error_cb, which records a refusal
+                self._raise_if_refused(exc.args[0] if exc.args else None)
+                logger.debug("ack topic %s: no metadata yet (%s)", self.config.ack_topic, exc)
+                return None
             topic = meta.topics.get(self.config.ack_topic)
+            if topic is not None:
+                self._raise_if_refused(topic.error)  # TOPIC_AUTHORIZATION_FAILED: no Read ACL
             if topic is None or topic.error is not None or not topic.partitions:
                 logger.debug("ack topic %s not available yet", self.config.ack_topic)
                 return None
@@ -85,6 +100,26 @@ class AckListener:
             )
             self._assigned = True
         return self._consumer
+
+    def _on_error(self, err: Any) -> None:
+        if is_access_error(err):
+            self._refused = err
+        logger.debug("ack consumer: kafka error: %s", err)
+
+    def _raise_if_refused(self, err: Any = None) -> None:
+        """Raise KafkaAccessError when the broker refused this consumer (now or in error_cb)."""
+        refused = err if is_access_error(err) else self._refused
+        if refused is None:
+            return
+        self._refused = None
+        self.close()
+        raise access_error(
+            refused,
+            client_options=self.config.client_options,
+            bootstrap_servers=self.config.bootstrap_servers,
+            topic=self.config.ack_topic,
+            action="read",
+        )
 
     def _handle_ack(self, value: bytes | None) -> Ack | None:
         if value is None:
@@ -108,7 +143,12 @@ class AckListener:
         return ack
 
     def poll(self, timeout_s: float) -> list[Ack]:
-        """The work behind `Uploader.poll_acks` (see there): the acks that confirmed a spooled episode."""
+        """The work behind `Uploader.poll_acks` (see there): the acks that confirmed a spooled episode.
+
+        Raises:
+            KafkaAccessError: the broker refused the credentials, the TLS handshake or the Read
+                ACL on the ack topic.
+        """
         from confluent_kafka import KafkaError
 
         deadline = time.monotonic() + max(0.0, timeout_s)
@@ -122,8 +162,10 @@ class AckListener:
                 time.sleep(min(0.5, remaining))
                 continue
             batch = consumer.consume(num_messages=1000, timeout=max(0.0, min(remaining, 0.5)))
+            self._raise_if_refused()
             for msg in batch:
                 if msg.error() is not None:
+                    self._raise_if_refused(msg.error())
                     if msg.error().code() != KafkaError._PARTITION_EOF:
                         logger.debug("ack consumer error: %s", msg.error())
                     continue

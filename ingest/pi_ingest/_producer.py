@@ -15,6 +15,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from pi_ingest._access import access_error, is_access_error
 from pi_ingest._config import UploaderConfig
 from pi_ingest._kafka_log import KafkaLog
 from pi_ingest._metrics import BYTES_SENT, CHUNKS_SENT
@@ -65,12 +66,16 @@ class EpisodeProducer:
         self.config = config
         self._producer: Any = None
         self._fatal: Any = None
+        self._refused: Any = None  # the broker's refusal (credentials, TLS, ACLs): see _access
         self._kafka_logger = kafka_log
         self.sent_messages = 0
         self.sent_bytes = 0
 
     def _on_error(self, err: Any) -> None:
-        if err.fatal():
+        if is_access_error(err):
+            self._refused = err
+            logger.debug("kafka refused the producer: %s", err)
+        elif err.fatal():
             self._fatal = err
             logger.warning("kafka producer fatal error: %s", err)
         else:
@@ -95,6 +100,7 @@ class EpisodeProducer:
             conf.update(self.config.client_options)
             self._producer = Producer(conf)
             self._fatal = None
+            self._refused = None
         return self._producer
 
     def drop(self) -> None:
@@ -148,8 +154,16 @@ class EpisodeProducer:
         wait_until = time.monotonic() + self.config.delivery_timeout_s + 5.0
         if deadline is not None:
             wait_until = min(wait_until, max(deadline, time.monotonic() + 1.0))
-        while len(reports) < len(indices) and self._fatal is None and time.monotonic() < wait_until:
+        while (
+            len(reports) < len(indices)
+            and self._fatal is None
+            and self._refused is None
+            and time.monotonic() < wait_until
+        ):
             producer.flush(0.1)
+        refused = [reports[i] for i in indices if is_access_error(reports.get(i))]
+        if refused and self._refused is None:
+            self._refused = refused[0]  # e.g. TOPIC_AUTHORIZATION_FAILED: no Write ACL
         failed = [i for i in indices if reports.get(i) is not None or i not in reports]
         delivered = [i for i in indices if i in reports and reports[i] is None]
         delivered_bytes = sum(len(messages[i]) for i in delivered)
@@ -188,6 +202,10 @@ class EpisodeProducer:
         Returns:
             True once the broker confirmed every message; False when a round limit or the
             deadline was reached first.
+
+        Raises:
+            KafkaAccessError: the broker refused the credentials, the TLS handshake or the
+                Write ACL on the raw topic (the messages stay in the caller's spool).
         """
         remaining: list[int] = list(range(len(messages)))
         backoff = self.config.backoff_initial_s
@@ -195,6 +213,16 @@ class EpisodeProducer:
             failed, recreate = self._produce(episode_id, messages, remaining, deadline)
             if not failed:
                 return True
+            if self._refused is not None:  # no retry fixes credentials or ACLs: say so, stop
+                err, self._refused = self._refused, None
+                self.drop()
+                raise access_error(
+                    err,
+                    client_options=self.config.client_options,
+                    bootstrap_servers=self.config.bootstrap_servers,
+                    topic=self.config.raw_topic,
+                    action="write to",
+                )
             if recreate:
                 # A fresh producer gets a new producer id; send the whole episode again so no
                 # chunk depends on the old producer's (possibly lost) sequence numbers.

@@ -24,3 +24,16 @@ class SpoolError(PiIngestError):
 
 class BundleError(PiIngestError):
     """A bundle file handed to `Uploader.submit_bundle` is not one whole, valid episode."""
+
+
+class KafkaAccessError(PiIngestError):
+    """The broker refused the uploader: its credentials (SASL), its CA (TLS), or its Kafka user's
+    ACLs (no Write on the raw topic, no Read on its ack topic). Retrying cannot fix that, so the
+    uploader stops and says which; the spooled episodes stay on disk for the next run.
+
+    Example:
+        >>> try:
+        ...     up.send_pending()
+        ... except KafkaAccessError as err:
+        ...     print(err)  # names the user, the broker's reason and the settings to check
+    """

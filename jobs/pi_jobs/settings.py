@@ -13,6 +13,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from pi_format.topics import AckRoutes, fleet_ack_topic
+
 from pi_jobs.config import ConfigKey, Resolution, parse_bool, resolve
 from pi_jobs.kafka_security import KafkaSecurity
 
@@ -36,6 +38,10 @@ SETTINGS_KEYS: tuple[ConfigKey, ...] = (
         "catalog.password", "PILAKE_CLICKHOUSE_PASSWORD", "clickhouse_password", secret=True, export=True
     ),
     ConfigKey("stream.robots", "PILAKE_ROBOTS", "robots_path"),
+    # acks per robot fleet: "<episode_id prefix>=<fleet>,..." (pi_format.AckRoutes); "" = one topic
+    ConfigKey("stream.ack_routes", "PILAKE_ACK_ROUTES", "ack_routes"),
+    # the uploader's fleet: it reads acks from episodes.ack.v1.<fleet> ("" = episodes.ack.v1)
+    ConfigKey("kafka.fleet", "PILAKE_FLEET", "fleet"),
     ConfigKey("stream.parallelism", "PILAKE_PARALLELISM", "parallelism", int),
     # a Flink session cluster's REST address: `pilake stream` submits there ("" = embedded)
     ConfigKey("flink.rest_url", "PILAKE_FLINK_URL", "flink_rest_url"),
@@ -73,6 +79,13 @@ class Settings:
     catalog_path: str = ""
     # the robot registry of the ingest contract; "" = the one shipped with pi_jobs
     robots_path: str = ""
+    # The robot fleet this host uploads for: its acks come on episodes.ack.v1.<fleet>, the only
+    # ack topic its Kafka user may read (deploy/k8s/kafka-users.yaml). "" = the shared
+    # episodes.ack.v1 (one fleet, or a development machine).
+    fleet: str = ""
+    # The stream job's routes from episode-id prefixes to fleets (pi_format.AckRoutes.parse);
+    # "" = every ack on episodes.ack.v1.
+    ack_routes: str = ""
     # SASL/TLS options for every Kafka client (repr shows the keys only; values are secrets)
     kafka: KafkaSecurity = field(default_factory=KafkaSecurity)
     # Parallel sink subtasks of the stream job; 1 suits a laptop (`pilake stream --parallelism`).
@@ -114,6 +127,11 @@ class Settings:
                     f"{name} must be 0 (off) or a port whose range of {self.metrics_port_range} "
                     f"ends by 65535, got {port}"
                 )
+        try:  # named here, at the edge, rather than when the uploader or the job starts
+            fleet_ack_topic(self.fleet)
+            AckRoutes.parse(self.ack_routes)
+        except ValueError as err:
+            raise ValueError(f"kafka.fleet / stream.ack_routes: {err}") from err
         if not self.lake_root:
             object.__setattr__(self, "lake_root", str(self.home / "lake"))
         if not self.catalog_path:
@@ -127,6 +145,16 @@ class Settings:
         <home>/kafka.properties (pi_jobs.kafka_security). `resolve_settings` also says where each
         value came from."""
         return resolve_settings(environ)[0]
+
+    @property
+    def ack_topic(self) -> str:
+        """The ack topic this host's uploader reads: its fleet's, or the shared one.
+
+        Example:
+            >>> Settings(home=Path("."), fleet="fleet-a").ack_topic
+            'episodes.ack.v1.fleet-a'
+        """
+        return fleet_ack_topic(self.fleet)
 
     def metrics_ports(self, first: int) -> tuple[int, int] | None:
         """The (first, last) port range starting at `first` (a *_metrics_port); None when 0 (off).

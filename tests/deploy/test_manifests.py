@@ -19,7 +19,7 @@ from urllib.parse import urlsplit
 
 import pytest
 import yaml
-from pi_format.topics import ACK_TOPIC, RAW_TOPIC, RAW_TOPIC_PARTITIONS
+from pi_format.topics import ACK_TOPIC, RAW_TOPIC, RAW_TOPIC_PARTITIONS, AckRoutes
 from pi_format.wire import MAX_CHUNK_BYTES
 from pi_jobs import kafka_security
 from pi_jobs.cli import build_parser
@@ -43,6 +43,7 @@ API_VERSIONS = {
     "Kafka": "kafka.strimzi.io/v1",
     "KafkaNodePool": "kafka.strimzi.io/v1",
     "KafkaTopic": "kafka.strimzi.io/v1",
+    "KafkaUser": "kafka.strimzi.io/v1",
     "FlinkDeployment": "flink.apache.org/v1beta1",
     "ConfigMap": "v1",
     "Secret": "v1",
@@ -281,7 +282,9 @@ def test_strimzi_kafka_is_kraft_with_node_pools_and_the_protocol_topics() -> Non
         assert pool["metadata"]["labels"]["strimzi.io/cluster"] == cluster
         assert pool["spec"]["replicas"] >= 1 and pool["spec"]["storage"]["type"]
     topics = {d["metadata"]["name"]: d for _, d in _k8s_docs() if d["kind"] == "KafkaTopic"}
-    assert set(topics) == {RAW_TOPIC, ACK_TOPIC}
+    # the protocol's topics and one ack topic per fleet the stream job routes acks to
+    routes = AckRoutes.parse(_configmap_toml()["stream"].get("ack_routes", ""))
+    assert set(topics) == {RAW_TOPIC, *routes.topics} and ACK_TOPIC in topics
     for topic in topics.values():
         assert topic["metadata"]["labels"]["strimzi.io/cluster"] == cluster
     assert topics[RAW_TOPIC]["spec"]["partitions"] >= RAW_TOPIC_PARTITIONS
@@ -291,9 +294,10 @@ def test_strimzi_kafka_is_kraft_with_node_pools_and_the_protocol_topics() -> Non
 def test_k8s_settings_point_at_the_services_the_manifests_create() -> None:
     toml = _configmap_toml()
     kafka = _one("Kafka")
-    plain = next(lst for lst in kafka["spec"]["kafka"]["listeners"] if not lst["tls"])
+    (internal,) = [lst for lst in kafka["spec"]["kafka"]["listeners"] if lst["type"] == "internal"]
     assert (
-        toml["kafka"]["bootstrap_servers"] == f"{kafka['metadata']['name']}-kafka-bootstrap:{plain['port']}"
+        toml["kafka"]["bootstrap_servers"]
+        == f"{kafka['metadata']['name']}-kafka-bootstrap:{internal['port']}"
     )
     dsn = urlsplit(toml["catalog"]["dsn"])
     service = _one("Service", dsn.hostname)
@@ -374,9 +378,15 @@ def test_maintenance_cronjob_runs_compact_then_gc_one_at_a_time_with_the_job_set
     script = " ".join(container["args"])
     assert script.index("pilake compact") < script.index("pilake gc") and "&&" in script
     flink = _one("FlinkDeployment")["spec"]["podTemplate"]["spec"]["containers"][0]
-    assert container["env"] == flink["env"] and container["envFrom"] == flink["envFrom"]
+    # the job's settings, less its Kafka credentials (compaction and GC never talk to Kafka:
+    # least privilege, decision 13)
+    kafka_volumes = {"kafka-ca", "kafka-user"}
+    flink_env = [e for e in flink["env"] if not e["name"].startswith(kafka_security.ENV_PREFIX)]
+    assert container["env"] == flink_env and container["envFrom"] == flink["envFrom"]
     assert container["image"] == _one("FlinkDeployment")["spec"]["image"]
-    assert pod["volumes"] == _one("FlinkDeployment")["spec"]["podTemplate"]["spec"]["volumes"]
+    flink_volumes = _one("FlinkDeployment")["spec"]["podTemplate"]["spec"]["volumes"]
+    assert pod["volumes"] == [v for v in flink_volumes if v["name"] not in kafka_volumes]
+    assert not any(m["name"] in kafka_volumes for m in container["volumeMounts"])
     from pi_jobs.cli import build_parser
 
     for command in ("compact", "gc --retention-hours 24"):

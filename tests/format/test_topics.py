@@ -62,3 +62,57 @@ def test_ack_wire_form() -> None:
 def test_ack_bad_input(value: bytes) -> None:
     with pytest.raises(ValueError, match="not an ack message"):
         Ack.decode(value)
+
+
+# ---- acks per robot fleet (issue 31: a fleet reads only its own acks) ------------------------
+
+
+def test_fleet_ack_topics_and_routes() -> None:
+    from pi_format import AckRoutes, fleet_ack_topic
+
+    assert fleet_ack_topic("fleet-a") == "episodes.ack.v1.fleet-a"
+    assert fleet_ack_topic("") == ACK_TOPIC
+    routes = AckRoutes.parse(" sim0-=fleet-a , sim0-r9=fleet-b,,r7-=fleet-b ")
+    assert routes.topic_for("sim0-r000-e00001") == "episodes.ack.v1.fleet-a"
+    assert routes.topic_for("sim0-r9-e1") == "episodes.ack.v1.fleet-b"  # the longest prefix wins
+    assert routes.topic_for("r7-000001") == "episodes.ack.v1.fleet-b"
+    assert routes.topic_for("sim1-r000-e1") == ACK_TOPIC  # no route: the shared topic
+    assert routes.topics == [ACK_TOPIC, "episodes.ack.v1.fleet-a", "episodes.ack.v1.fleet-b"]
+    assert AckRoutes.parse("").topic_for("anything") == ACK_TOPIC
+    assert AckRoutes.parse("a-=f", default="acks.other").topic_for("b-1") == "acks.other"
+
+
+@pytest.mark.parametrize(
+    ("text", "match"),
+    [
+        ("sim0-", "is not '<episode_id prefix>=<fleet>'"),
+        ("sim0-=", "the fleet must be a name"),
+        ("=fleet-a", "ack route prefix must be 1-128 chars"),
+        ("sim0-=fleet a", "fleet must be 1-128 chars"),
+        ("sim0-=../../etc", "fleet must be 1-128 chars"),
+        ("sim0-=fleet-a,sim0-=fleet-b", "routed to two fleets"),
+        ("p=" + "f" * 129, "fleet must be 1-128 chars"),
+        ("x\x00=f", "ack route prefix must be 1-128 chars"),
+        (",".join(f"p{i}-=f" for i in range(1001)), "at most 1000 routes"),
+    ],
+)
+def test_bad_ack_routes_are_refused_with_the_entry_named(text: str, match: str) -> None:
+    from pi_format import AckRoutes
+
+    with pytest.raises(ValueError, match=match):
+        AckRoutes.parse(text)
+
+
+@settings(max_examples=200, deadline=None)
+@given(text=st.text(max_size=200), episode_id=names())
+def test_any_routes_text_parses_to_names_or_is_refused(text: str, episode_id: str) -> None:
+    from pi_format import AckRoutes
+
+    try:
+        routes = AckRoutes.parse(text)
+    except ValueError as err:
+        assert "ack route" in str(err) or "fleet" in str(err)
+        return
+    topic = routes.topic_for(episode_id)  # a route that parsed always names a valid topic
+    assert topic == ACK_TOPIC or topic.startswith(ACK_TOPIC + ".")
+    assert topic in routes.topics

@@ -31,6 +31,7 @@ def _upload(settings: Settings, paths: Sequence[Path], *, wait_s: float | None) 
     config = UploaderConfig(
         bootstrap_servers=settings.bootstrap_servers,
         spool_dir=settings.home / "spool",
+        ack_topic=settings.ack_topic,  # the fleet's own (kafka.fleet), the only one it may read
         client_options=settings.kafka.options,
         metrics_port=settings.uploader_metrics_port or None,  # /metrics while it uploads
     )

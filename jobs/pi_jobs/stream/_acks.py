@@ -1,4 +1,5 @@
-"""The sink's end-to-end acknowledgements to uploaders (the ack topic), best effort."""
+"""The sink's end-to-end acknowledgements to uploaders (the ack topic, or the topic of the
+episode's robot fleet: pi_format.AckRoutes), best effort."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import logging
 from collections.abc import Mapping
 from typing import Any
 
-from pi_format import Ack
+from pi_format import Ack, AckRoutes
 
 log = logging.getLogger("pi_jobs.stream")
 
@@ -20,9 +21,13 @@ class AckPublisher:
         >>> acks.send(Ack("r1-000001", AckStatus.COMMITTED, attempt_id, time.time_ns()))
     """
 
-    def __init__(self, bootstrap_servers: str, ack_topic: str, client_options: Mapping[str, str]) -> None:
+    def __init__(
+        self, bootstrap_servers: str, ack_topic: str | AckRoutes, client_options: Mapping[str, str]
+    ) -> None:
+        """`ack_topic`: one topic for every ack, or `AckRoutes` that give each robot fleet its
+        own (a fleet's Kafka user may read only its topic: deploy/k8s/kafka-users.yaml)."""
         self._bootstrap_servers = bootstrap_servers
-        self._ack_topic = ack_topic
+        self._routes = ack_topic if isinstance(ack_topic, AckRoutes) else AckRoutes(default=ack_topic)
         self._client_options = dict(client_options)
         self.producer = self._new_producer()
 
@@ -54,9 +59,10 @@ class AckPublisher:
             if err is not None:
                 failed.append(str(err))
 
+        topic = self._routes.topic_for(ack.episode_id)
         try:
             self.producer.produce(
-                self._ack_topic,
+                topic,
                 key=ack.episode_id.encode(),
                 value=ack.encode(),
                 on_delivery=on_delivery,
@@ -71,7 +77,7 @@ class AckPublisher:
                 "the uploader's re-send will be acked again",
                 ack.episode_id,
                 ack.status,
-                self._ack_topic,
+                topic,
                 "; ".join(failed) or f"{left} still queued",
             )
             with contextlib.suppress(Exception):

@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from pi_format import AckRoutes
+
 from pi_jobs.stream.contract import RobotRegistry
 from pi_jobs.stream.featurize import FeaturizeConfig
 from pi_jobs.stream.limits import StreamLimits
@@ -21,7 +23,8 @@ class SinkSettings:
     lake_root: str
     catalog_path: str
     raw_topic: str
-    ack_topic: str
+    # the ack topic, or routes to a topic per robot fleet (pi_format.AckRoutes)
+    ack_topic: str | AckRoutes
     progress_path: str
     featurize: FeaturizeConfig
     # Kafka security settings (SASL passwords): kept out of the repr so they are never logged.

@@ -34,6 +34,10 @@ class StreamJobConfig:
     jar_dir: Path
     raw_topic: str = pi_format.RAW_TOPIC
     ack_topic: str = pi_format.ACK_TOPIC
+    # Acks of fleets that must read only their own: "<episode_id prefix>=<fleet>,..." sends the
+    # ack of a matching episode to episodes.ack.v1.<fleet> instead of ack_topic
+    # (pi_format.AckRoutes; setting stream.ack_routes). "" = every ack to ack_topic.
+    ack_routes: str = ""
     # one group per lake: its committed offsets say where the next run resumes
     group_id: str = "pilake-stream"
     # 2 s: offsets are committed to Kafka on checkpoints, so this bounds what a restart re-reads
@@ -103,6 +107,7 @@ class StreamJobConfig:
         for name in ("raw_topic", "ack_topic", "group_id"):
             if not getattr(self, name):
                 raise ValueError(f"{name} must be non-empty")
+        pi_format.AckRoutes.parse(self.ack_routes, default=self.ack_topic)  # a bad route fails here
         object.__setattr__(self, "work_dir", Path(self.work_dir))
         if self.metrics_ports is not None:  # a list after a JSON round trip
             first, last = (int(p) for p in self.metrics_ports)
@@ -169,6 +174,7 @@ def stream_config(settings: Settings) -> StreamJobConfig:
         work_dir=settings.flink_dir,
         jar_dir=settings.jar_dir,
         robots_path=settings.robots_path,
+        ack_routes=settings.ack_routes,
         client_options=settings.kafka.options,
         parallelism=settings.parallelism,
         checkpoint_dir=settings.flink_checkpoint_dir,

@@ -40,7 +40,7 @@ def build_job(config: StreamJobConfig) -> Any:
     from pi_jobs.stream.contract import load_registry
 
     registry = load_registry(config.robots_path)  # a bad registry fails here, not in the worker
-    from pi_format import LakeLayout
+    from pi_format import AckRoutes, LakeLayout
     from pi_format.jsonlog import EVENT_LOG_DIR_ENV
     from pi_format.lake import ensure_lake_tables
 
@@ -104,7 +104,7 @@ def build_job(config: StreamJobConfig) -> Any:
         lake_root=config.lake_root,
         catalog_path=config.catalog_path,
         raw_topic=config.raw_topic,
-        ack_topic=config.ack_topic,
+        ack_topic=AckRoutes.parse(config.ack_routes, default=config.ack_topic),  # a topic per fleet
         progress_path=str(config.progress_path.absolute()),
         featurize=config.featurize,
         client_options=dict(config.client_options),

@@ -1,0 +1,62 @@
+"""Acks per robot fleet (issue 31): the stream job's ack publisher sends each ack to the topic of
+the episode's fleet (pi_format.AckRoutes), so a fleet's uploader, whose Kafka user may read only
+`episodes.ack.v1.<fleet>` (deploy/k8s/kafka-users.yaml), gets its own acks and no other fleet's.
+Through the session's real broker; the publisher is the one the sink uses."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+from pi_format import ACK_TOPIC, Ack, AckRoutes, AckStatus, fleet_ack_topic
+from pi_ingest import Uploader, UploaderConfig
+from pi_jobs.settings import Settings
+from pi_jobs.stream import stream_config
+from pi_jobs.stream._acks import AckPublisher
+from pi_jobs.stream.job import config_from_json, config_to_json
+
+from tests.ingest.test_uploader import _episodes
+
+integration = pytest.mark.integration
+
+
+@integration
+def test_each_fleet_gets_only_its_own_acks(broker: str, tmp_path: Path) -> None:
+    fleet_a, shared = _episodes(seed=4101, count=1)[0], _episodes(seed=4102, count=1)[0]
+    routes = AckRoutes.parse(f"{fleet_a.meta.robot_id}=fleet-a")
+    assert routes.topic_for(fleet_a.episode_id) == fleet_ack_topic("fleet-a")
+    assert routes.topic_for(shared.episode_id) == ACK_TOPIC
+    publisher = AckPublisher(broker, routes, {})
+    for episode in (fleet_a, shared):
+        publisher.send(Ack(episode.episode_id, AckStatus.COMMITTED, "routes-test", time.time_ns()))
+    publisher.flush(10)
+
+    def confirmed(ack_topic: str, spool: str) -> list[str]:
+        config = UploaderConfig(broker, tmp_path / spool, ack_topic=ack_topic)
+        with Uploader(config) as up:
+            for episode in (fleet_a, shared):  # both spooled: only its topic's acks confirm
+                up.submit(episode)
+            deadline = time.monotonic() + 60
+            while len(up.spool) == 2 and time.monotonic() < deadline:
+                up.poll_acks(1.0)
+            up.poll_acks(2.0)  # anything else on its topic would arrive by now
+            return sorted(set(up._acks.committed))
+
+    assert confirmed(fleet_ack_topic("fleet-a"), "spool-a") == [fleet_a.episode_id]
+    assert shared.episode_id in confirmed(ACK_TOPIC, "spool-shared")
+    assert fleet_a.episode_id not in confirmed(ACK_TOPIC, "spool-shared2")
+
+
+def test_the_settings_reach_the_job_config_and_survive_its_json(tmp_path: Path) -> None:
+    env = {"PILAKE_HOME": str(tmp_path), "PILAKE_ACK_ROUTES": "sim0-=fleet-a", "PILAKE_FLEET": "fleet-a"}
+    settings = Settings.from_env(env)
+    assert settings.ack_topic == "episodes.ack.v1.fleet-a"
+    assert Settings(home=tmp_path).ack_topic == ACK_TOPIC
+    config = stream_config(settings)
+    assert config.ack_routes == "sim0-=fleet-a"
+    assert config_from_json(config_to_json(config)).ack_routes == "sim0-=fleet-a"
+    with pytest.raises(ValueError, match=r"kafka\.fleet / stream\.ack_routes: fleet must be"):
+        Settings.from_env({**env, "PILAKE_FLEET": "../acks"})
+    with pytest.raises(ValueError, match="routed to two fleets"):
+        Settings.from_env({**env, "PILAKE_ACK_ROUTES": "a-=f1,a-=f2"})
