@@ -21,6 +21,8 @@ def _cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
         log_dirs=(settings.log_dir / "events",),
         row_cap=args.row_cap,
         query_timeout_s=args.query_timeout_s,
+        query_memory_bytes=args.query_memory_mb * 1024**2,
+        max_running_queries=args.max_running_queries,
     )
     serve(config)
     return 0
@@ -53,6 +55,10 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--cache-dir", default=None, help="remuxed videos (default $PILAKE_HOME/run/ui-cache)")
     p.add_argument("--row-cap", type=int, default=10_000, help="most rows a query shows")
     p.add_argument("--query-timeout-s", type=float, default=10.0, help="a query's time limit")
+    p.add_argument("--query-memory-mb", type=int, default=512, help="a query's memory limit (MiB)")
+    p.add_argument(
+        "--max-running-queries", type=int, default=2, help="users' queries run at once (4 more wait)"
+    )
     p.set_defaults(func=_cmd_ui)
     p = sub.add_parser("view", help="write one episode as a Rerun recording (cameras, state, action)")
     p.add_argument("episode_id")

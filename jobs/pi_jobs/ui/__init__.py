@@ -2,8 +2,11 @@
 --rerun`, an episode as a Rerun recording.
 
 Pages (server-rendered, Starlette + Jinja2, charts by the vendored uPlot): Overview, Query (one
-SELECT over the catalog, read-only, time-limited, row-capped), Episode (every camera as an MP4
-remuxed from the lake's H.264 chunks, proprio/action plots whose cursor follows the video),
+SELECT over the catalog's tables only: screened on the engine's own parse, every function
+classified, run read-only under time, memory and result limits, a bounded number at a time
+beside the other pages; docs/ui-sql.md says what is protected and what is not), Episode
+(every camera as an MP4 remuxed from the lake's H.264 chunks, proprio/action plots whose cursor
+follows the video),
 Quarantine and Pins. It reads through pi_catalog, pi_format.lake, pi_jobs.ops and
 pi_jobs.maintenance.datasets, and writes nothing but its cache of remuxed videos.
 

@@ -275,3 +275,18 @@ def test_heavy_queries_neither_block_the_pages_nor_exceed_the_bound(ui_lake: UiL
     assert heavy_status.count(503) >= 1 and heavy_status.count(400) >= 2, events
     assert gate.most_running <= 2
     assert ("good-sql-while-busy", 503) in events
+
+
+def test_http_parameters_are_bounded(client: TestClient) -> None:
+    too_long = "SELECT 1 AS x" + " " * 20_000
+    response = _query(client, too_long)
+    assert response.status_code == 400 and "characters, more than the 20000" in _error(response)
+    # a page past the cap, a huge or malformed page number: a clear answer, no work
+    for page in ("999999999999999999999999", "-5", "abc", "1e9"):
+        response = client.get(f"/query?page={page}&sql=" + quote(GOOD))
+        assert response.status_code in (200, 400), (page, response.status_code)
+    response = client.get("/query?page=1000000&sql=" + quote(GOOD))
+    assert response.status_code == 400 and "past the row cap" in _error(response)
+    for url in ("/quarantine?page=99999999999999999999", "/pins?page=-1", "/quarantine?page=%00"):
+        assert client.get(url).status_code == 200, url
+    _good(client)
