@@ -38,6 +38,9 @@ log = logging.getLogger(__name__)
 # How often an idle holder looks for a waiting process, and a waiter retries the lock.
 _WATCH_S = 0.05
 _LOCK_POLL_S = 0.02
+# After handing the path to a waiting process, how long a side handle waits before it asks for
+# the path again: several of the waiter's polls, so that it gets its turn.
+_HANDOVER_S = 0.1
 _BUSY = (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES)
 
 
@@ -111,6 +114,21 @@ def _others_waiting(engine: Engine) -> bool:
         return True  # some process holds a shared flock on the wait file
     fcntl.flock(engine.wait_fd, fcntl.LOCK_UN)
     return False
+
+
+def _path_waited_for(lock_path: str) -> bool:
+    """Whether a process announces on the wait file that it waits for the path."""
+    try:
+        fd = os.open(wait_path(lock_path), os.O_RDWR)
+    except FileNotFoundError:
+        return False
+    try:
+        if not _try_lock(fd, fcntl.LOCK_EX):
+            return True
+        fcntl.flock(fd, fcntl.LOCK_UN)
+        return False
+    finally:
+        os.close(fd)
 
 
 def _open(path: str, location: str, timeout_s: float) -> Engine:
@@ -217,14 +235,32 @@ def side_handle(
         >>> with side_handle("/data/catalog", "/data/catalog", 60.0, (("readonly", "1"),)) as h:
         ...     h.query("SELECT count() FROM episodes", "ArrowTable")
     """
-    with _mutex:
-        engine = _current
-        if engine is None or engine.path != path:
-            _close_current()
-            engine = _open(path, location, timeout_s)
-        engine.users += 1
-        idle = engine.side.setdefault(settings, [])
-        handle = idle.pop() if idle else None
+    # Side handles may overlap without end (a page's users' queries), so the count of users
+    # need never reach 0 for the usual handover: while another process waits for the path, a
+    # new side handle waits (up to timeout_s) for the engine's users to finish and hands it
+    # over first, then reopens it in its turn.
+    deadline = time.monotonic() + timeout_s
+    while True:
+        pause = 0.0
+        with _mutex:
+            engine = _current
+            if engine is not None and engine.path == path and _others_waiting(engine):
+                if engine.users == 0:
+                    _close_current()  # handed over; reopened once the waiter had its turn
+                    pause = _HANDOVER_S
+                elif time.monotonic() < deadline:
+                    pause = _LOCK_POLL_S  # the users finish first
+            elif (engine is None or engine.path != path) and _path_waited_for(f"{path}.lock"):
+                pause = _LOCK_POLL_S  # closed for a waiting process: it goes first
+            if not pause or time.monotonic() >= deadline:
+                if engine is None or engine.path != path or _current is not engine:
+                    _close_current()
+                    engine = _open(path, location, timeout_s)
+                engine.users += 1
+                idle = engine.side.setdefault(settings, [])
+                handle = idle.pop() if idle else None
+                break
+        time.sleep(pause)
     ok = False
     try:
         if handle is None:
