@@ -273,3 +273,257 @@ def _row_group_of(path: Path, row: int) -> int:
         if row < first:
             return rg
     raise IndexError(row)
+
+
+# -- damage classes of issue 31: header fields no CRC covers, lost commits, whole files and log
+# -- entries damaged; each costs the episodes it holds, never the lake, and repair rebuilds them
+
+
+@pytest.fixture(scope="module")
+def clean2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[str, int], Any], list[str]]:
+    """A lake of two group commits (one file per table each: 2 episodes in each)."""
+    from deltalake import DeltaTable
+
+    root = tmp_path_factory.mktemp("corruption2") / "clean"
+    lake = write_raw_lake(root, group_commits=2)
+    samples = read_samples(root)
+    assert samples and not any(isinstance(s, BaseException) for s in samples.values())
+    assert DeltaTable(str(root / "episodes")).version() == 2
+    return root, samples, lake.episode_ids
+
+
+def _newest_file(root: Path, table: str) -> Path:
+    """The data file the second group commit added to `table`."""
+    from deltalake import DeltaTable
+
+    from pi_format.lake._commit import file_sizes
+
+    first = set(file_sizes(DeltaTable(str(root / table), version=1)))
+    (name,) = set(file_sizes(DeltaTable(str(root / table), version=2))) - first
+    return root / table / name
+
+
+def _episodes_in(path: Path) -> set[str]:
+    return {str(e) for e in pq.read_table(path, columns=["episode_id"]).column(0).to_pylist()}
+
+
+def _assert_restored(root: Path, clean_samples: dict[tuple[str, int], Any], what: str) -> None:
+    """Every sample of the clean lake reads back: proprio and actions bit for bit, frames decode."""
+    after = read_samples(root)
+    assert set(after) == set(clean_samples), what
+    for key, sample in after.items():
+        assert not isinstance(sample, BaseException), (what, key, sample)
+        want = clean_samples[key]
+        for name in ("observation.state", "action", "action_is_pad"):
+            assert np.array_equal(sample[name], want[name]), (what, key, name)
+        for name in (k for k in want if k.startswith("observation.images.")):
+            assert sample[name].shape == want[name].shape and sample[name].dtype == np.uint8, (what, key)
+
+
+def _verify_repair_restore(root: Path, clean_samples: dict[tuple[str, int], Any], what: str) -> Any:
+    report = verify_lake(report_layout(root), VerifyConfig())
+    assert report.exit_code == 2, f"verify missed {what}"
+    repaired = repair_lake(report_layout(root), report, RepairConfig())
+    assert repaired.exit_code == 0 and not repaired.kept_aside, (what, repaired.as_dict())
+    _assert_restored(root, clean_samples, what)
+    again = verify_lake(report_layout(root), VerifyConfig())
+    assert again.exit_code == 0, (what, [x.as_dict() for x in again.faults])
+    return report
+
+
+def _first_steps_page(path: Path) -> tuple[int, int, int]:
+    """(offset of the header, header bytes, first body byte) of the first proprio data page of
+    row group 0 of a steps file."""
+    from pi_format.lake._page_header import page_header
+
+    raw = path.read_bytes()
+    (start,) = [
+        s
+        for rg, c, s, _ in column_chunk_ranges(pq.ParquetFile(path).metadata)
+        if rg == 0 and c.startswith("proprio")
+    ]
+    header = page_header(raw, start)
+    return start, header.header_bytes, start + header.header_bytes
+
+
+def test_a_crc_field_marker_flip_with_a_payload_flip_is_damage_not_unverifiable(
+    clean2: tuple[Path, dict[tuple[str, int], Any], list[str]], tmp_path: Path
+) -> None:
+    from pi_loader import CorruptDataError
+
+    clean_root, clean_samples, _ = clean2
+    root = _copy(clean_root, tmp_path)
+    path = _newest_file(root, "steps")
+    start, header_bytes, body = _first_steps_page(path)
+    data = bytearray(path.read_bytes())
+    marker = data.index(0x15, start + 5, start + header_bytes)  # field 4 (crc) follows fields 1-3
+    assert data[marker] == 0x15
+    data[marker] = 0x14  # the crc field's type i32 -> i16: a reader sees "no CRC"
+    data[body + 40] ^= 0x10  # and one payload bit of the same page
+    path.write_bytes(bytes(data))
+    got = read_samples(root)
+    errors = [v for v in got.values() if isinstance(v, BaseException)]
+    changed = [
+        k for k, v in got.items() if not isinstance(v, BaseException) and not same(v, clean_samples[k])
+    ]
+    assert not changed, f"{len(changed)} samples changed without an error"
+    assert errors and all(isinstance(e, CorruptDataError) for e in errors), errors[:1]
+    assert path.name in str(errors[0]) and "episode" in str(errors[0])
+    report = _verify_repair_restore(root, clean_samples, "crc marker + payload flip")
+    assert any(f.file == path.name and f.table == "steps" for f in report.faults)
+    assert "unverifiable" not in "\n".join(report.lines())
+
+
+def test_every_single_bit_flip_of_a_page_header_is_reported_by_verify_when_the_loader_raises(
+    clean2: tuple[Path, dict[tuple[str, int], Any], list[str]], tmp_path: Path
+) -> None:
+    """Generated: each bit of the header of one steps data page, flipped in turn (in place, the
+    file keeps its size). Every read is the clean sample or a CorruptDataError, and whenever
+    the loader raises, `pilake verify` reports the file (verify covers what the loader meets)."""
+    from pi_loader import Dataset, PiLoaderError, SampleSpec
+
+    clean_root, clean_samples, _ = clean2
+    root = _copy(clean_root, tmp_path)
+    path = _newest_file(root, "steps")
+    episode = str(pq.read_table(path, columns=["episode_id"]).column(0)[0])
+    want = {k: v for k, v in clean_samples.items() if k[0] == episode}
+    start, header_bytes, _ = _first_steps_page(path)
+    clean_bytes = path.read_bytes()
+    outcomes = {"raised": 0, "harmless": 0}
+    problems: list[str] = []
+    for n, (byte, bit) in enumerate((b, i) for b in range(start, start + header_bytes) for i in range(8)):
+        moved = root.with_name(f"lake-{n}")  # a fresh lake root: no host index of another flip
+        root.rename(moved)
+        root = moved
+        data = bytearray(clean_bytes)
+        data[byte] ^= 1 << bit
+        (root / "steps" / path.name).write_bytes(bytes(data))
+        raised: list[BaseException] = []
+        try:
+            ds = Dataset(str(root), episode_ids=[episode], spec=SampleSpec(action_horizon=4))
+            for i in range(len(ds)):
+                try:
+                    sample = ds[i]
+                except PiLoaderError as err:
+                    raised.append(err)
+                    continue
+                key = (str(sample["episode_id"]), int(np.asarray(sample["step"])))
+                if not same(sample, want[key]):
+                    problems.append(f"byte {byte - start} bit {bit}: sample {key} changed without an error")
+        except PiLoaderError as err:
+            raised.append(err)
+        wrong_kind = [e for e in raised if type(e).__name__ != "CorruptDataError"]
+        if wrong_kind:
+            problems.append(f"byte {byte - start} bit {bit}: {type(wrong_kind[0]).__name__}: {wrong_kind[0]}")
+        report = verify_lake(report_layout(root), VerifyConfig(tables=("steps",)))
+        if raised and not any(f.file == path.name for f in report.faults):
+            problems.append(f"byte {byte - start} bit {bit}: the loader raised, verify found nothing")
+        outcomes["raised" if raised else "harmless"] += 1
+    print(f"page header flips ({header_bytes} bytes): {outcomes}")
+    assert not problems, "\n".join(problems[:20])
+    assert outcomes["raised"] > 0
+
+
+def test_a_deleted_newest_episodes_commit_is_found_by_verify_and_rebuilt(
+    clean2: tuple[Path, dict[tuple[str, int], Any], list[str]], tmp_path: Path
+) -> None:
+    clean_root, clean_samples, _ = clean2
+    root = _copy(clean_root, tmp_path)
+    lost = _episodes_in(_newest_file(root, "episodes"))
+    (root / "episodes" / "_delta_log" / f"{2:020d}.json").unlink()
+    report = verify_lake(report_layout(root), VerifyConfig())
+    assert report.exit_code == 2
+    assert {e["episode_id"] for e in report.corrupt_episodes} == lost
+    assert all(f.kind == "lost_commit" for f in report.faults), [f.as_dict() for f in report.faults]
+    repaired = repair_lake(report_layout(root), report, RepairConfig())
+    assert {r["episode_id"] for r in repaired.repaired} == lost and repaired.exit_code == 0
+    _assert_restored(root, clean_samples, "deleted episodes commit")
+    assert verify_lake(report_layout(root), VerifyConfig()).exit_code == 0
+
+
+@pytest.mark.parametrize("damage", ["truncated", "zeroed"])
+def test_a_damaged_episodes_file_costs_its_episodes_not_the_lake(
+    clean2: tuple[Path, dict[tuple[str, int], Any], list[str]], tmp_path: Path, damage: str
+) -> None:
+    from pi_loader import DamagedLakeWarning, Dataset, SampleSpec
+
+    clean_root, clean_samples, episode_ids = clean2
+    root = _copy(clean_root, tmp_path)
+    path = _newest_file(root, "episodes")
+    lost = _episodes_in(path)
+    size = path.stat().st_size
+    path.write_bytes(path.read_bytes()[: size // 2] if damage == "truncated" else bytes(size))
+    with pytest.warns(DamagedLakeWarning, match=path.name):
+        ds = Dataset(str(root), spec=SampleSpec(action_horizon=4))
+    assert set(ds.episode_ids) == set(episode_ids) - lost
+    (unreadable,) = ds.unreadable
+    assert unreadable.table == "episodes" and path.name in unreadable.file
+    for i in range(len(ds)):  # what it still holds reads as in the clean lake
+        sample = ds[i]
+        assert same(sample, clean_samples[(str(sample["episode_id"]), int(np.asarray(sample["step"])))])
+    report = _verify_repair_restore(root, clean_samples, f"{damage} episodes file")
+    assert {e["episode_id"] for e in report.corrupt_episodes} == lost
+
+
+@pytest.mark.parametrize("table", ["steps", "video"])
+def test_an_invalid_json_commit_after_the_checkpoint_costs_nothing_and_repair_rebuilds_the_log(
+    clean2: tuple[Path, dict[tuple[str, int], Any], list[str]], tmp_path: Path, table: str
+) -> None:
+    from deltalake import DeltaTable
+    from pi_loader import DamagedLakeWarning, Dataset, SampleSpec
+
+    clean_root, clean_samples, episode_ids = clean2
+    root = _copy(clean_root, tmp_path)
+    DeltaTable(str(root / table), version=1).create_checkpoint()
+    assert (root / table / "_delta_log" / f"{1:020d}.checkpoint.parquet").exists()
+    (root / table / "_delta_log" / f"{2:020d}.json").write_text('{"add": {"path": "part-\n')
+    with pytest.warns(DamagedLakeWarning, match=f"{table}.*do not load"):
+        ds = Dataset(str(root), spec=SampleSpec(action_horizon=4))
+    assert set(ds.episode_ids) == set(episode_ids) and ds.table_versions[table] == 1
+    for i in range(len(ds)):  # samples reach the files through the markers' locators
+        sample = ds[i]
+        assert same(sample, clean_samples[(str(sample["episode_id"]), int(np.asarray(sample["step"])))])
+    report = _verify_repair_restore(root, clean_samples, f"invalid {table} commit")
+    assert any(f.kind == "delta_log" and f.table == table for f in report.faults)
+    assert (root / table / "_delta_log_damaged" / f"{2:020d}.json").exists()  # kept, not deleted
+    assert DeltaTable(str(root / table)).version() == 2  # the orphaned file added back
+
+
+@pytest.mark.parametrize("table", ["steps", "video"])
+@pytest.mark.parametrize("damage", ["truncated", "footer"])
+def test_a_damaged_footer_or_truncated_file_is_skipped_by_skip_mode_and_repaired(
+    clean2: tuple[Path, dict[tuple[str, int], Any], list[str]], tmp_path: Path, table: str, damage: str
+) -> None:
+    from pi_loader import CorruptDataError, Dataset, Loader, SampleSpec, ShardSpec
+
+    clean_root, clean_samples, _ = clean2
+    root = _copy(clean_root, tmp_path)
+    path = _newest_file(root, table)
+    lost = _episodes_in(path)
+    data = bytearray(path.read_bytes())
+    if damage == "truncated":
+        data = data[: len(data) * 2 // 3]
+    else:  # the footer's length field: the footer no longer parses
+        data[-8:-4] = (0x7FFFFFF0).to_bytes(4, "little")
+    path.write_bytes(bytes(data))
+    ds = Dataset(str(root), spec=SampleSpec(action_horizon=4))
+    errors = []
+    for i in range(len(ds)):
+        try:
+            ds[i]
+        except CorruptDataError as err:
+            errors.append(err)
+    assert errors, "the damaged file read without an error"
+    assert all(e.where["table"] == table and path.name in str(e.where["file"]) for e in errors)
+    assert {str(e.where["episode_id"]) for e in errors} == lost
+    loader = Loader(ds, batch_size=8, shard=ShardSpec(0, 1), num_workers=0, on_corrupt="skip")
+    got = {}
+    for batch in loader:
+        for k, (e, s) in enumerate(zip(batch["episode_id"], batch["step"], strict=True)):
+            got[(str(e), int(s))] = {name: value[k] for name, value in batch.items()}
+    assert {k[0] for k in got} == {k[0] for k in clean_samples} - lost
+    assert set(got) == {k for k in clean_samples if k[0] not in lost}
+    assert loader.stats().corrupt_skipped == len(clean_samples) - len(got)
+    loader.close()
+    report = _verify_repair_restore(root, clean_samples, f"{damage} {table} file")
+    assert {e["episode_id"] for e in report.corrupt_episodes} == lost

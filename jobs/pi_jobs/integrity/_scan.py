@@ -77,6 +77,9 @@ class FileResult:
     pages_without_crc: int = 0
     chunks_without_crc: int = 0
     faults: list[Fault] = field(default_factory=list)
+    # (episode_id, attempt_id) of the rows of a steps file's readable row groups: verify
+    # cross-checks them against the markers (an episode whose marker vanished)
+    attempts: list[tuple[str, str]] = field(default_factory=list)
 
     def as_dict(self) -> dict[str, Any]:
         return {
@@ -88,6 +91,7 @@ class FileResult:
             "pages_without_crc": self.pages_without_crc,
             "chunks_without_crc": self.chunks_without_crc,
             "faults": [f.as_dict() for f in self.faults],
+            "attempts": [list(a) for a in self.attempts],
         }
 
     @classmethod
@@ -101,6 +105,7 @@ class FileResult:
             pages_without_crc=int(doc.get("pages_without_crc", 0)),
             chunks_without_crc=int(doc.get("chunks_without_crc", 0)),
             faults=[Fault.from_dict(f) for f in doc.get("faults", [])],
+            attempts=[(str(e), str(a)) for e, a in doc.get("attempts", [])],
         )
 
 
@@ -143,6 +148,8 @@ def check_file(
         if parquet is not None:
             good = [g for g in range(parquet.metadata.num_row_groups) if g not in bad_groups]
             good = _decode_groups(parquet, good, table, path, result.faults)
+            if table == "steps" and good:
+                result.attempts = _attempts_of(parquet, good)
             if table == "video" and good:
                 result.chunks_without_crc = _check_chunks(parquet, good, table, path, result.faults)
             elif table == "raw" and good:
@@ -175,6 +182,13 @@ def _decode_groups(parquet: Any, groups: list[int], table: str, path: str, fault
             continue
         good.append(group)
     return good
+
+
+def _attempts_of(parquet: Any, groups: list[int]) -> list[tuple[str, str]]:
+    """The distinct (episode_id, attempt_id) of the rows of `groups` (they decoded)."""
+    rows = parquet.read_row_groups(groups, columns=["episode_id", "attempt_id"])
+    pairs = zip(rows.column("episode_id").to_pylist(), rows.column("attempt_id").to_pylist(), strict=True)
+    return sorted({(str(e), str(a)) for e, a in pairs if e is not None and a is not None})
 
 
 def _row_starts(parquet: Any, groups: list[int]) -> np.ndarray:

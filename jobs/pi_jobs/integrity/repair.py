@@ -33,6 +33,7 @@ from typing import Any
 import pyarrow as pa
 from pi_format import QUARANTINE_SCHEMA, LakeLayout, QuarantineReason
 
+from pi_jobs.integrity._relog import remove_unreadable_markers, repair_logs
 from pi_jobs.integrity.verify import VerifyReport
 
 log = logging.getLogger("pi_jobs.integrity")
@@ -72,6 +73,7 @@ class RepairReport:
     already_done: list[str] = field(default_factory=list)
     unattributed: list[str] = field(default_factory=list)  # faults naming no episode
     files_removed: list[str] = field(default_factory=list)
+    logs_repaired: list[str] = field(default_factory=list)  # Delta logs whose damaged head was set aside
     seconds: float = 0.0
 
     @property
@@ -89,6 +91,7 @@ class RepairReport:
             "unattributed": self.unattributed,
             "files_removed": self.files_removed,
             "files_rewritten": self.files_rewritten,
+            "logs_repaired": self.logs_repaired,
             "seconds": round(self.seconds, 3),
         }
 
@@ -110,6 +113,7 @@ class RepairReport:
             f"  raw rows of {r['episode_id']} damaged; its training rows are intact" for r in self.raw_only
         ]
         out += [f"  removed damaged episodes file {f}" for f in self.files_removed]
+        out += [f"  rebuilt log: {line}" for line in self.logs_repaired]
         out += [f"  rewrote damaged file {f} without the damaged rows" for f in self.files_rewritten]
         out += [f"  cannot attribute: {u}" for u in self.unattributed]
         out.append(
@@ -249,9 +253,21 @@ def repair_lake(
     out = RepairReport()
     if report.lake_root != layout.root:
         raise ValueError(f"the verify report is of lake {report.lake_root}, not of {layout.root}")
-    out.unattributed = [f"{f.table}/{f.file}: {f.kind}: {f.detail}" for f in report.faults if not f.episodes]
+    logs_done = set()
+    if not config.dry_run:  # first: nothing opens a table whose log does not load
+        out.logs_repaired = repair_logs(layout, report, tell)
+        logs_done = {
+            line.split(":", 1)[0] for line in out.logs_repaired if "left for an operator" not in line
+        }
+    out.unattributed = [
+        f"{f.table}/{f.file}: {f.kind}: {f.detail}"
+        for f in report.faults
+        if not f.episodes and not (f.kind == "delta_log" and f.table in logs_done)
+    ]
     raw_damaged = {p_ep for f in report.faults if f.table == "raw" for p_ep, _ in f.episodes}
     tables = ensure_lake_tables(layout) if not config.dry_run else {}
+    if not config.dry_run:  # markers nobody can read leave first: the writer reads every marker file
+        out.files_removed += remove_unreadable_markers(layout, report, tables)
     writer = LakeWriter(layout, writer_id=f"repair-{uuid.uuid4().hex[:8]}") if not config.dry_run else None
     handled: set[tuple[str, str]] = set()
     rebuild_ids = sorted(
@@ -274,8 +290,17 @@ def repair_lake(
             out.raw_only.append(summary)  # its training rows are intact: nothing to rebuild
             continue
         handled.add((episode_id, attempt_id))  # its training rows leave the damaged files
+        vanished = bool(entry.get("vanished"))
         visible = writer.committed_attempt(episode_id) if writer is not None else attempt_id
-        if visible != attempt_id:
+        if vanished and writer is None:
+            visible = None  # a dry run: it would be rebuilt
+        only_lost = all(p["kind"] == "lost_commit" for p in entry["places"])
+        if only_lost and visible is not None:  # a marker is there after all (a repaired log)
+            out.already_done.append(episode_id)
+            continue
+        # no marker of any attempt (its commit lost, its markers' file removed above): a fresh commit
+        fresh = visible is None
+        if not fresh and visible != attempt_id:
             if not entry["visible"] and visible is not None:
                 out.not_visible.append(summary)
                 details = f"damaged: {_places(entry)}; not the visible attempt ({visible}), kept for its pins"
@@ -310,7 +335,10 @@ def repair_lake(
             continue
         assert writer is not None
         if rebuilt is not None:
-            result = writer.commit_episodes([rebuilt], supersede=True, replacing={episode_id: attempt_id})
+            if fresh:
+                result = writer.commit_episodes([rebuilt])
+            else:
+                result = writer.commit_episodes([rebuilt], supersede=True, replacing={episode_id: attempt_id})
             if episode_id in result.committed:
                 new_attempt = rebuilt.attempt_id
                 out.repaired.append({**summary, "new_attempt": new_attempt, "featurizer": tag})
