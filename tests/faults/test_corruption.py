@@ -295,7 +295,6 @@ def clean2(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[s
 def _newest_file(root: Path, table: str) -> Path:
     """The data file the second group commit added to `table`."""
     from deltalake import DeltaTable
-
     from pi_format.lake._commit import file_sizes
 
     first = set(file_sizes(DeltaTable(str(root / table), version=1)))
