@@ -22,7 +22,7 @@ from pi_jobs.ui._errors import QueryRefused
 from pi_jobs.ui._function_names import PURE
 from pi_jobs.ui._functions import ALLOWED_TABLE_FUNCTIONS, REFUSED, REFUSED_TABLE_FUNCTIONS, SYNTAX_FUNCTIONS
 
-_LINE = re.compile(r"^( *)([A-Za-z]+)((?: .*)?)$")
+_LINE = re.compile(r"^( *)([A-Za-z]+(?:::[A-Za-z]+)?)((?: .*)?)$")
 _NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Node types of a SELECT as ClickHouse 26.x prints them; `Set` (SETTINGS) has its own message.
 _NODES = frozenset(
@@ -31,9 +31,9 @@ _NODES = frozenset(
         "WithElement", "Subquery", "Literal", "Function", "Identifier", "TablesInSelectQuery",
         "TablesInSelectQueryElement", "TableExpression", "TableIdentifier", "TableJoin",
         "ArrayJoin", "Asterisk", "QualifiedAsterisk", "ColumnsTransformerList",
-        "ColumnsExceptTransformer", "ColumnsReplaceTransformer", "ColumnsApplyTransformer",
-        "ColumnsRegexpMatcher", "ColumnsListMatcher", "QualifiedColumnsRegexpMatcher",
-        "QualifiedColumnsListMatcher", "WindowDefinition", "WindowListElement", "OrderByElement",
+        "ColumnsExceptTransformer", "ColumnsReplaceTransformer",
+        "ColumnsReplaceTransformer::Replacement", "ColumnsRegexpMatcher", "ColumnsListMatcher",
+        "QualifiedColumnsRegexpMatcher", "QualifiedColumnsListMatcher", "WindowDefinition", "WindowListElement", "OrderByElement",
         "InterpolateElement", "SampleRatio",
     }
 )  # fmt: skip
@@ -139,6 +139,12 @@ def screen_ast(explain: str, functions: EngineFunctions) -> None:
             raise QueryRefused(
                 "the query has a SETTINGS clause; the UI runs queries with its own read-only "
                 "settings and limits, which a query may not change"
+            )
+        if node == "ColumnsApplyTransformer":
+            # the parse shows neither the function APPLY names nor its lambda's body
+            raise QueryRefused(
+                "the query uses APPLY, which the Query page cannot check (the function it applies "
+                "is not in the parsed form); call the function on the columns by name"
             )
         if node not in _NODES:
             raise QueryRefused(f"the query uses {node}, which the Query page does not run")

@@ -89,6 +89,10 @@ def _good(client: TestClient) -> None:
         "SELECT * FROM information_schema.tables",
         "SELECT * FROM python(x)",
         "SELECT * FROM deltaLakeLocal('/tmp')",
+        # APPLY hides the function (and a lambda's body) from the parsed form
+        "SELECT * APPLY(file) FROM (SELECT '/etc/passwd' AS p)",
+        "SELECT COLUMNS('p') APPLY(x -> file(x)) FROM (SELECT '/etc/passwd' AS p)",
+        "SELECT * FROM (EXPLAIN AST SELECT file('/etc/passwd'))",
     ],
 )
 def test_the_testers_probes_are_refused(client: TestClient, sql: str) -> None:
@@ -164,6 +168,7 @@ def _nest(rng: random.Random, expr: str) -> str:
         "SELECT count() FROM episodes AS a JOIN episodes AS b ON a.episode_id = b.episode_id AND {e} = ''",
         "SELECT max({e}) OVER (PARTITION BY task) FROM episodes",
         "SELECT 1 WHERE 1 IN (SELECT {e})",
+        "SELECT * REPLACE ({e} AS p) FROM (SELECT 'x' AS p)",
     ]
     return rng.choice(forms).format(e=expr)
 
