@@ -33,8 +33,8 @@ _NODES = frozenset(
         "ArrayJoin", "Asterisk", "QualifiedAsterisk", "ColumnsTransformerList",
         "ColumnsExceptTransformer", "ColumnsReplaceTransformer",
         "ColumnsReplaceTransformer::Replacement", "ColumnsRegexpMatcher", "ColumnsListMatcher",
-        "QualifiedColumnsRegexpMatcher", "QualifiedColumnsListMatcher", "WindowDefinition", "WindowListElement", "OrderByElement",
-        "InterpolateElement", "SampleRatio",
+        "QualifiedColumnsRegexpMatcher", "QualifiedColumnsListMatcher", "WindowDefinition",
+        "WindowListElement", "OrderByElement", "InterpolateElement", "SampleRatio",
     }
 )  # fmt: skip
 _CLASSIFY_HINT = "classify it in pi_jobs/ui/_functions.py (tests/jobs/ui/test_functions.py says how)"
