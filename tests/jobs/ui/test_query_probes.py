@@ -100,6 +100,16 @@ def test_the_testers_probes_are_refused(client: TestClient, sql: str) -> None:
     _good(client)
 
 
+def test_a_name_outside_the_catalog_is_no_table(client: TestClient) -> None:
+    # chdb can read Python objects as tables (the `python` table function, refused); a bare
+    # name must not reach the process's variables either: it is an unknown table
+    for name in ("os", "environ", "sys", "config", "environment", "token"):
+        response = _query(client, f"SELECT * FROM {name}")
+        assert response.status_code == 400 and "UNKNOWN_TABLE" in _error(response), name
+        assert "PATH=" not in response.text
+    _good(client)
+
+
 def test_a_missing_path_and_a_present_one_read_the_same(client: TestClient) -> None:
     present = _refused(client, "SELECT file('/etc/passwd') AS x")
     missing = _refused(client, "SELECT file('/no/such/dir/passwd') AS x")
