@@ -60,3 +60,55 @@ def test_the_settings_reach_the_job_config_and_survive_its_json(tmp_path: Path) 
         Settings.from_env({**env, "PILAKE_FLEET": "../acks"})
     with pytest.raises(ValueError, match="routed to two fleets"):
         Settings.from_env({**env, "PILAKE_ACK_ROUTES": "a-=f1,a-=f2"})
+
+
+@integration
+def test_the_stream_job_acks_each_fleet_on_its_own_topic(
+    broker: str, stack_settings: Settings, tmp_path: Path
+) -> None:
+    # the real job (PyFlink mini-cluster): the routes travel into the sink worker and decide
+    # where each ack goes; each fleet's uploader then confirms exactly its own episode
+    import uuid
+
+    from confluent_kafka.admin import AdminClient, NewTopic
+    from pi_jobs.stream import run_stream_job
+
+    from tests.fixtures.stream_jobs import small_stream_job
+    from tests.jobs.test_stream_job import _episode
+
+    run = uuid.uuid4().hex[:8]
+    raw_topic, shared_topic = f"ar-raw-{run}", f"ar-ack-{run}"
+    admin = AdminClient({"bootstrap.servers": broker})
+    for future in admin.create_topics(
+        [NewTopic(raw_topic, num_partitions=2, replication_factor=1), NewTopic(shared_topic, 1, 1)]
+    ).values():
+        future.result(timeout=10)
+    routed, unrouted = _episode(0), _episode(1)
+    fleet = f"ar{run}"
+    ack_routes = f"{routed.episode_id}={fleet}"
+
+    def uploader(ack_topic: str, spool: str) -> Uploader:
+        return Uploader(UploaderConfig(broker, tmp_path / spool, raw_topic=raw_topic, ack_topic=ack_topic))
+
+    with uploader(fleet_ack_topic(fleet), "spool-fleet") as up_fleet:
+        up_fleet.submit(routed)
+        up_fleet.send_pending()
+    with uploader(shared_topic, "spool-shared") as up_shared:
+        up_shared.submit(unrouted)
+        up_shared.send_pending()
+    config = small_stream_job(
+        broker=broker, root=tmp_path, jar_dir=stack_settings.jar_dir, raw_topic=raw_topic,
+        ack_topic=shared_topic, group_id=f"ar-group-{run}", ack_routes=ack_routes,
+    )  # fmt: skip
+    report = run_stream_job(config, until_idle=True, idle_timeout_s=5.0, max_runtime_s=300)
+    assert report.episodes_committed == 2
+
+    def confirmed(ack_topic: str, spool: str) -> list[str]:
+        with uploader(ack_topic, spool) as up:  # the spool of the upload above
+            deadline = time.monotonic() + 60
+            while len(up.spool) and time.monotonic() < deadline:
+                up.poll_acks(1.0)
+            return sorted(up._acks.committed)
+
+    assert confirmed(fleet_ack_topic(fleet), "spool-fleet") == [routed.episode_id]
+    assert confirmed(shared_topic, "spool-shared") == [unrouted.episode_id]
