@@ -36,6 +36,8 @@ _CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "media-src 'self'; connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
 )
+# Names are at most 128 characters (SPEC 1.1); the catalog may hold longer text, not this long.
+_MAX_ID_CHARS = 1024
 # Pages past this are empty on any lake this UI serves (50 rows a page: 50 million rows).
 _MAX_PAGE = 1_000_000
 _EXAMPLE_SQL = (
@@ -114,8 +116,16 @@ class _Pages:
         response.headers.update(headers)
         return response
 
+    @staticmethod
+    def _id(request: Request, name: str) -> str:
+        """A path parameter, refused (404) past _MAX_ID_CHARS before anything reads with it."""
+        value = str(request.path_params[name])
+        if len(value) > _MAX_ID_CHARS:
+            raise NotFound(f"no {name} of {len(value)} characters: names are at most 128 (SPEC 1.1)")
+        return value
+
     def episode(self, request: Request) -> Response:
-        episode_id = request.path_params["episode_id"]
+        episode_id = self._id(request, "episode_id")
         episode = _reads.read_episode(self.layout, episode_id)
         with self.catalog_lock:
             lineage = _reads.lineage(self.catalog, episode)
@@ -138,8 +148,8 @@ class _Pages:
         )
 
     def video(self, request: Request) -> Response:
-        episode_id = request.path_params["episode_id"]
-        camera = request.path_params["camera"]
+        episode_id = self._id(request, "episode_id")
+        camera = self._id(request, "camera")
         row, _ = _reads.episode_rows(self.layout, episode_id)  # the visible attempt, no steps
         attempt, cameras = str(row["attempt_id"]), list(row["cameras"])
         if camera not in cameras:

@@ -304,4 +304,8 @@ def test_http_parameters_are_bounded(client: TestClient) -> None:
     assert response.status_code == 400 and "past the row cap" in _error(response)
     for url in ("/quarantine?page=99999999999999999999", "/pins?page=-1", "/quarantine?page=%00"):
         assert client.get(url).status_code == 200, url
+    long_id = "e" * 5000
+    for url in (f"/episode/{long_id}", f"/episode/ep-001/video/{long_id}", f"/episode/{long_id}/video/front"):
+        response = client.get(url)
+        assert response.status_code == 404 and "5000 characters" in response.text, url
     _good(client)
