@@ -66,6 +66,10 @@ class EngineFunctions:
             return name
         return self.lower.get(name.lower())
 
+    def is_function(self, name: str) -> bool:
+        """Whether `name` (exactly, or case-insensitively where the engine allows) is a function."""
+        return self._lookup(name) is not None
+
     def refusal(self, name: str) -> str | None:
         """Why the function `name` may not run here, or None when it may."""
         if name in SYNTAX_FUNCTIONS:
@@ -165,3 +169,8 @@ def screen_ast(explain: str, functions: EngineFunctions) -> None:
                 raise QueryRefused(why)
         elif node == "TableIdentifier" and ("." in name or not _NAME.match(name)):
             _refuse_table(name)
+        elif node == "Identifier" and _NAME.match(name) and functions.is_function(name):
+            # a bare name that no column has is a call: `SELECT USER`, `SELECT CURRENT_DATABASE`
+            why = functions.refusal(name)
+            if why is not None:
+                raise QueryRefused(f"the bare name {name!r} calls a function: {why}")

@@ -89,6 +89,11 @@ def _good(client: TestClient) -> None:
         "SELECT * FROM information_schema.tables",
         "SELECT * FROM python(x)",
         "SELECT * FROM deltaLakeLocal('/tmp')",
+        # a bare name is a call where a function of that name takes no arguments
+        "SELECT USER",
+        "SELECT CURRENT_DATABASE AS d",
+        "SELECT episode_id FROM episodes WHERE session_user != ''",
+        "SELECT currentRequestURL",
         # APPLY hides the function (and a lambda's body) from the parsed form
         "SELECT * APPLY(file) FROM (SELECT '/etc/passwd' AS p)",
         "SELECT COLUMNS('p') APPLY(x -> file(x)) FROM (SELECT '/etc/passwd' AS p)",
@@ -135,6 +140,15 @@ _TABLES = ("file", "url", "s3", "executable", "input", "remote", "mysql", "postg
 _SYSTEM = ("system.processes", "system.settings", "system.functions", "system.tables", "system.users",
            "system.query_log", "system.server_settings", "system.build_options", "system.disks",
            "information_schema.tables", "INFORMATION_SCHEMA.COLUMNS")  # fmt: skip
+_BARE = (
+    "USER",
+    "current_user",
+    "CURRENT_DATABASE",
+    "DATABASE",
+    "SCHEMA",
+    "session_user",
+    "currentRequestURL",
+)
 _GAPS = ("", " ", "/**/", "/* x */ ", "\n", "\t", " -- c\n", "\r\n", "\u00a0", "\u2028", "\ufeff")
 _SUFFIXES = (" SETTINGS readonly = 0", " SETTINGS max_memory_usage = 0", "; DROP TABLE episodes_index",
              " INTO OUTFILE '/tmp/pilake-ui-probe'", " FORMAT JSON", ";SELECT 1",
@@ -207,8 +221,11 @@ def tricks(seed: int, n: int) -> list[str]:
     rng = random.Random(seed)
     out = []
     for _ in range(n):
-        kind = rng.randrange(4)
-        if kind == 0:
+        kind = rng.randrange(5)
+        if kind == 4:  # a call without parentheses
+            name = rng.choice(_BARE)
+            sql = _nest(rng, rng.choice([name, f"`{name}`"]))
+        elif kind == 0:
             sql = _nest(rng, _call(rng, rng.choice(_SCALARS)))
         elif kind == 1:
             sql = _from(rng, _call(rng, rng.choice(_TABLES)))
