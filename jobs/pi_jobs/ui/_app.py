@@ -4,7 +4,8 @@ the lake, video files with HTTP range requests, a token check for non-loopback h
 Pages render on the server with Jinja2 (autoescaped: an episode id, annotation or quarantine
 reason holding HTML shows as text); the only scripts are the vendored uPlot and `static/ui.js`,
 and the Content-Security-Policy allows no inline script, so injected markup could not run even
-if it got through. Catalog calls are serialised: chdb runs one engine per process.
+if it got through. The pages' own catalog calls take turns (chdb runs one engine per process);
+users' SQL runs beside them on handles of its own, a bounded number at a time (`_runner`).
 """
 
 from __future__ import annotations
