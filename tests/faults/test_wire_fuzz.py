@@ -34,11 +34,23 @@ def attack(tmp_path_factory: pytest.TempPathFactory, stack_settings: Any) -> Any
 
 def test_every_case_ends_as_its_class_says(attack: Any) -> None:
     o = attack.observed
-    print(attack.row(), o["by_mutation"])
+    shown = (
+        "peak_worker_rss_bytes",
+        "peak_held_bytes",
+        "limits_acted",
+        "size",
+        "valid_freshness_s",
+        "drain_s",
+    )
+    print(attack.row(), {k: o[k] for k in shown}, o["by_mutation"])
     assert o["failures"] == [], o["failures"]
     # every mutation class was sent (a plan always holds at least one of each)
     assert set(o["cases_by_mutation"]) == {m for m in MUTATIONS}
     assert "limit_exceeded" in o["quarantine_reasons"]
+    # each limit that refuses data acted at least once (max_episodes_per_key only commits early)
+    acted = o["limits_acted"]
+    for limit in ("max_chunks_per_episode", "max_episode_bytes", "max_held_episodes", "max_held_bytes"):
+        assert acted.get(limit, 0) >= 1, (limit, acted)
 
 
 def test_the_job_kept_running_and_processed_every_partition(attack: Any) -> None:

@@ -11,7 +11,7 @@ featurize -> lake sink (the commit protocol of `pi_format.lake`) -> catalog -> a
 | `contract` | the ingest contract and the robot registry (SPEC.md §9) |
 | `featurize` | an assembled episode -> the lake rows of one attempt |
 | `connector_jars` | the two Flink Kafka connector jars the job loads |
-| `_sink`, `_records`, `_acks`, `_logs` | the worker-side sink and its parts |
+| `_sink`, `_records`, `_acks`, `_logs`, `_held`, `_held_limits` | the worker-side sink and its parts |
 """
 
 from pi_jobs.stream.config import StreamJobConfig, StreamReport, stream_config

@@ -99,4 +99,9 @@ def read_progress(path: Path) -> dict[str, Any]:
     total["subtasks"] = len(docs)
     # the most any one subtask held in memory at once (pi_jobs.stream.limits bounds it)
     total["peak_held_bytes"] = max(int(d.get("peak_held_bytes", 0)) for d in docs)
+    acted: dict[str, int] = {}  # how often each limit acted (pi_jobs.stream.limits)
+    for d in docs:
+        for name, n in d.get("limits_acted", {}).items():
+            acted[name] = acted.get(name, 0) + int(n)
+    total["limits_acted"] = acted
     return total

@@ -41,6 +41,7 @@ from pi_jobs.stream._acks import AckPublisher
 from pi_jobs.stream._events import SinkEvents, offset_ranges
 from pi_jobs.stream._group_commit import GroupCommits, Waiting
 from pi_jobs.stream._held import held_positions_descriptor, refetch
+from pi_jobs.stream._held_limits import HeldLimits
 from pi_jobs.stream._progress import load_progress, subtask_progress_file, write_progress
 from pi_jobs.stream._records import (
     NO_KEY,
@@ -54,7 +55,6 @@ from pi_jobs.stream._retry import with_retries
 from pi_jobs.stream._sink_settings import SinkSettings
 from pi_jobs.stream.contract import check_episode, load_registry
 from pi_jobs.stream.featurize import featurize
-from pi_jobs.stream.limits import oldest_idle
 
 log = logging.getLogger("pi_jobs.stream")
 
@@ -87,7 +87,7 @@ def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {str(err)[:500]} (at {where})"
 
 
-class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
+class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
     """Keyed by episode_id: assemble, validate, featurize, commit, ack.
 
     Partial episodes, and complete ones waiting for their group commit, are kept in this
@@ -283,7 +283,7 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
             # a declared count sizes nothing and is checked before it is used (decision 13)
             limit = self.limits.max_chunks_per_episode
             if chunk.chunk_count > limit:
-                metrics.LIMIT_REFUSALS.labels("max_chunks_per_episode").inc()
+                self._limit_acted("max_chunks_per_episode")
                 raise ProtocolError(
                     QuarantineReason.LIMIT_EXCEEDED,
                     f"max_chunks_per_episode: chunk {chunk.chunk_index} declares chunk_count "
@@ -571,64 +571,3 @@ class EpisodeSinkFunction(GroupCommits, KeyedProcessFunction):
 
     def _event(self, event: str, episode_id: str | None, attempt_id: str | None, **fields: Any) -> None:
         self.events.emit(event, episode_id, attempt_id, **fields)
-
-    # -- limits (pi_jobs.stream.limits) -----------------------------------------------------
-    def _held_bytes(self) -> int:
-        return sum(p.size_bytes for p in self.pending.values()) + sum(w.size_bytes for w in self.waiting)
-
-    def _make_room(self, key: str, size: int, *, new_episode: bool, now_ms: int) -> None:
-        """Keep the subtask within its limits before `size` more bytes of `key` are held: commit
-        the waiting group early, then quarantine the longest-idle assembling episodes."""
-        lim = self.limits
-        if self.waiting and new_episode:
-            per_key = 1 + sum(1 for w in self.waiting if w.rows.episode_id == key)
-            if per_key > lim.max_episodes_per_key:
-                metrics.LIMIT_REFUSALS.labels("max_episodes_per_key").inc()
-                self._flush()
-        if self.waiting and self._held_bytes() + size > lim.max_held_bytes:
-            metrics.LIMIT_REFUSALS.labels("max_held_bytes").inc()
-            self._flush()
-        if new_episode and len(self.pending) >= lim.max_held_episodes:
-            candidates = [(k, p.last_chunk_ms) for k, p in self.pending.items() if k != key]
-            for victim in oldest_idle(candidates, len(self.pending) - lim.max_held_episodes + 1):
-                self._evict(
-                    victim,
-                    "max_held_episodes",
-                    f"{len(self.pending)} episodes were being assembled, max_held_episodes is "
-                    f"{lim.max_held_episodes} (pilake stream --max-held-episodes); this one had "
-                    f"waited longest for a chunk ({now_ms - self.pending[victim].last_chunk_ms} ms)",
-                )
-        while self._held_bytes() + size > lim.max_held_bytes:
-            candidates = [(k, p.last_chunk_ms) for k, p in self.pending.items() if k != key]
-            if not candidates:  # only the key's own episode: within max_episode_bytes
-                break
-            victim = oldest_idle(candidates, 1)[0]
-            self._evict(
-                victim,
-                "max_held_bytes",
-                f"the subtask held {self._held_bytes()} bytes and {size} more arrived, "
-                f"max_held_bytes is {lim.max_held_bytes} (pilake stream --max-held-mb); this "
-                f"episode had waited longest for a chunk ({now_ms - self.pending[victim].last_chunk_ms} ms)",
-            )
-
-    def _evict(self, key: str, limit: str, detail: str) -> None:
-        """Quarantine the pending episode of another key (its timer later finds it gone)."""
-        pending = self.pending.pop(key)
-        self.dropped.add(key)
-        self._refuse(pending, limit, detail)
-
-    def _refuse(self, pending: _Pending, limit: str, detail: str) -> None:
-        """Quarantine a pending episode as limit_exceeded; its messages go to raw first. No ack:
-        the uploader re-sends it, and a re-send within the limits commits it."""
-        metrics.LIMIT_REFUSALS.labels(limit).inc()
-        messages = sorted(pending.messages, key=lambda m: (m.partition, m.offset))
-        if not messages:
-            return
-        self.writer.write_raw(raw_rows(messages, pending.attempt_id, [m.chunk_index for m in messages]))
-        self._quarantine(
-            episode_id=pending.assembler.episode_id,
-            err=ProtocolError(QuarantineReason.LIMIT_EXCEEDED, detail),
-            messages=messages,
-            attempt_id=pending.attempt_id,
-            ack=False,
-        )

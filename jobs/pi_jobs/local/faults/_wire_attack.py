@@ -32,10 +32,12 @@ class AttackSize:
     flood_keys: int = 60
     # the job's limits for the attack (pilake stream flags)
     max_episode_mb: float = 4.0
-    max_held_mb: float = 24.0
+    max_held_mb: float = 8.0
     max_held_episodes: int = 40
     max_chunks_per_episode: int = 4096
     incomplete_timeout_s: float = 5.0
+    # mutation classes to draw from (default: all of MUTATIONS)
+    only: tuple[str, ...] = ()
     # how long the job may take to drain everything sent (a loaded 2-core machine)
     drain_timeout_s: float = 400.0
 
@@ -260,6 +262,7 @@ def wire_attack(
         valid=episodes[3:],
         limits=limits,
         flood_keys=size.flood_keys,
+        only=size.only,
     )
     # sent first and waited for: the job is up and committing before the attack starts
     warm_id = episodes[2].episode_id
@@ -327,6 +330,7 @@ def wire_attack(
             "flink_restarts": stack.flink_restarts(),
             "peak_worker_rss_bytes": rss.peak_bytes,
             "peak_held_bytes": int(progress.get("peak_held_bytes", 0)),
+            "limits_acted": dict(progress.get("limits_acted", {})),
             "rss_samples": rss.samples,
             "python_workers_seen": len(rss.workers_seen),
             "valid_freshness_s": [round(f, 3) for f in freshness],

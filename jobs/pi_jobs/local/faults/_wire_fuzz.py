@@ -220,6 +220,18 @@ class _Builder:
             frozenset({"limit_exceeded", "incomplete_timeout"}),
         )
 
+    def big_partials(self, eid: str) -> list[tuple[str, list[bytes]]]:
+        """Several keys, each holding ~3/4 of max_episode_bytes that never completes: together
+        past max_held_bytes, so the job must push the longest-idle ones out."""
+        per_key = max(1, (self.limits.max_episode_bytes * 3 // 4) // 900_000)
+        keys = self.limits.max_held_bytes // (per_key * 900_000) + 2
+        pad = bytes(900_000)
+        out = []
+        for k in range(keys):
+            key = f"{eid}-{k}"
+            out.append((key, [_raw_chunk(key, 1, i, per_key + 2, "video", pad) for i in range(per_key)]))
+        return out
+
 
 # Mutation classes and their relative weights in a plan.
 MUTATIONS: dict[str, int] = {
@@ -243,6 +255,7 @@ MUTATIONS: dict[str, int] = {
     "killer_manifest": 1,
     "killer_count": 1,
     "over_episode_bytes": 1,
+    "big_partials": 0,  # one per plan (ALWAYS): it is large (past max_held_bytes)
     "flood": 0,  # one burst per plan (ALWAYS), of `flood_keys` episodes
 }
 # Every plan has at least one case of each class (the rest are drawn by weight).
@@ -258,6 +271,7 @@ def fuzz_plan(
     limits: Any = None,
     flood_keys: int = 0,
     partitions: int = 4,
+    only: Sequence[str] = (),
 ) -> FuzzPlan:
     """Messages of `cases` mutations of the `donors` (renamed per case), interleaved with the
     unmodified messages of the `valid` episodes; a pure function of its arguments.
@@ -271,14 +285,20 @@ def fuzz_plan(
         flood_keys: one-chunk episodes that never complete, sent in one burst (the `flood`
             class): more than the job's `max_held_episodes` makes it push some out.
         partitions: partitions of the raw topic (flood records go to one of them).
+        only: draw from these mutation classes only (default: all of `MUTATIONS`).
     """
     from pi_jobs.stream.limits import StreamLimits
 
     rng = random.Random(seed)
     b = _Builder(rng, donors, limits or StreamLimits())
     plan = FuzzPlan(seed)
-    kinds = list(ALWAYS[: min(cases, len(ALWAYS))])
-    names, weights = list(MUTATIONS), list(MUTATIONS.values())
+    unknown = sorted(set(only) - set(MUTATIONS))
+    if unknown:
+        raise ValueError(f"only: unknown mutation classes {unknown}; known: {sorted(MUTATIONS)}")
+    always = tuple(only) or ALWAYS
+    kinds = list(always[: min(cases, len(always))])
+    names = list(only) or list(MUTATIONS)
+    weights = [max(MUTATIONS[n], 1) if only else MUTATIONS[n] for n in names]
     kinds += rng.choices(names, weights, k=max(0, cases - len(kinds)))
     rng.shuffle(kinds)
     batches: list[list[Message]] = []
@@ -313,6 +333,13 @@ def _case(b: _Builder, plan: FuzzPlan, kind: str, flood_keys: int, partitions: i
             )
         return out
     eid, msgs = b.fresh(kind)
+    if kind == "big_partials":
+        sent: list[Message] = []
+        for key, values in b.big_partials(eid):
+            why = frozenset({"limit_exceeded", "incomplete_timeout"})
+            plan.cases.append(FuzzCase(kind, key, "quarantine", len(values), why))
+            sent += [(key.encode(), v, None) for v in values]
+        return sent
     if kind == "killer_manifest":
         values, expect, reasons = b.killer_manifest(eid)
     elif kind == "over_episode_bytes":
