@@ -112,3 +112,17 @@ def test_the_stream_job_acks_each_fleet_on_its_own_topic(
 
     assert confirmed(fleet_ack_topic(fleet), "spool-fleet") == [routed.episode_id]
     assert confirmed(shared_topic, "spool-shared") == [unrouted.episode_id]
+
+
+@integration
+def test_pilake_up_creates_each_routed_fleets_ack_topic(broker: str) -> None:
+    import uuid
+
+    from confluent_kafka.admin import AdminClient
+    from pi_jobs.local.stack import ensure_topics
+
+    fleet = f"up{uuid.uuid4().hex[:8]}"
+    ensure_topics(broker, {}, f"{fleet}-=" + fleet)
+    topics = AdminClient({"bootstrap.servers": broker}).list_topics(timeout=10).topics
+    assert len(topics[fleet_ack_topic(fleet)].partitions) == 1  # not the broker's auto-created 4
+    assert ACK_TOPIC in topics

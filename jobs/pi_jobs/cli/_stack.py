@@ -18,7 +18,7 @@ def _cmd_up(settings: Settings, args: argparse.Namespace) -> int:
     from pi_jobs.local.stack import ensure_topics, start_broker
 
     status = start_broker(settings)
-    ensure_topics(settings.bootstrap_servers, settings.kafka.options)
+    ensure_topics(settings.bootstrap_servers, settings.kafka.options, settings.ack_routes)
     print(f"up: {status.detail}; topics ready; state in {settings.home}")
     if args.flink:
         from pi_jobs.local.flink_cluster import LocalClusterConfig, cluster_log_dir, start_local_cluster

@@ -59,7 +59,7 @@ def _cmd_stream(settings: Settings, args: argparse.Namespace) -> int:
     from pi_jobs.local.stack import ensure_topics
     from pi_jobs.stream.driver import run_stream_job
 
-    ensure_topics(settings.bootstrap_servers, settings.kafka.options)
+    ensure_topics(settings.bootstrap_servers, settings.kafka.options, settings.ack_routes)
     config = stream_config_from_args(settings, args)
     cluster = args.cluster or settings.flink_rest_url
     submit: Callable[[StreamJobConfig], JobHandle] | None = None

@@ -178,17 +178,20 @@ def stop_broker(settings: Settings, *, timeout_s: float = 10.0) -> bool:
     return True
 
 
-def ensure_topics(bootstrap_servers: str, client_options: Mapping[str, str] | None = None) -> None:
+def ensure_topics(
+    bootstrap_servers: str, client_options: Mapping[str, str] | None = None, ack_routes: str = ""
+) -> None:
     """Create the raw and ack topics if missing (the broker auto-creates with 4 partitions
-    otherwise, and forgets everything on restart). `client_options` carries Kafka security settings."""
+    otherwise, and forgets everything on restart). `client_options` carries Kafka security
+    settings; `ack_routes` (setting stream.ack_routes) adds each routed fleet's ack topic."""
     from confluent_kafka.admin import AdminClient, NewTopic
-    from pi_format import ACK_TOPIC, RAW_TOPIC, RAW_TOPIC_PARTITIONS
+    from pi_format import RAW_TOPIC, RAW_TOPIC_PARTITIONS, AckRoutes
 
     admin = AdminClient({**(client_options or {}), "bootstrap.servers": bootstrap_servers})
     existing = set(admin.list_topics(timeout=10).topics)
     wanted = [
         NewTopic(RAW_TOPIC, num_partitions=RAW_TOPIC_PARTITIONS, replication_factor=1),
-        NewTopic(ACK_TOPIC, num_partitions=1, replication_factor=1),
+        *(NewTopic(t, num_partitions=1, replication_factor=1) for t in AckRoutes.parse(ack_routes).topics),
     ]
     missing = [t for t in wanted if t.topic not in existing]
     if not missing:
