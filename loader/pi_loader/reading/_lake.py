@@ -28,7 +28,14 @@ from pi_format.lake import checksums_required, latest_commits, pinned_rows
 
 from pi_loader._errors import PiLoaderError, SnapshotDataMissingError
 from pi_loader.reading._cache import CacheConfig
-from pi_loader.reading._damage import Unreadable, as_corrupt, damaged_files, is_damage, readable_version
+from pi_loader.reading._damage import (
+    Unreadable,
+    as_corrupt,
+    damaged_files,
+    is_damage,
+    pages_damaged,
+    readable_version,
+)
 from pi_loader.reading._episodes_rows import FILE_COLUMN, episodes_rows
 from pi_loader.reading._storage import Storage, storage_for
 
@@ -56,6 +63,7 @@ class TableFiles:
     min_episode: tuple[str | None, ...]  # None: no statistics, the file may hold any episode
     max_episode: tuple[str | None, ...]
     schema: pa.Schema | None = None  # the table's schema at this version (files may predate it)
+    checksummed: bool = False  # the table records page CRCs in every file: pages are walked too
 
     def files_for(self, episode_ids: Sequence[str]) -> list[int]:
         """Indices of the files that may hold rows of any of `episode_ids`."""
@@ -177,6 +185,7 @@ def resolve_tables(
             max_episode=tuple(hi[i] for i in order),
             # files written before a column was added lack it: read them with the table's schema
             schema=pa.schema(table.schema().to_arrow()),
+            checksummed=checksums_required(table.metadata().description),
         )
     assert episodes is not None  # READ_TABLES holds "episodes"
     return episodes, pinned
@@ -232,6 +241,9 @@ def _read(
         table: pa.Table = pads.dataset(paths, format=checked, schema=schema).to_table(
             columns=wanted, filter=flt
         )
+        # pyarrow reads a page without a CRC unverified: where every file has them, walk the
+        # page headers (a damaged CRC field marker is damage, not "no CRC")
+        bad = pages_damaged(files.name, paths) if files.checksummed else []
     except FileNotFoundError as err:
         raise SnapshotDataMissingError(
             missing_files_message(files.name, files.version, str(err), err)
@@ -240,10 +252,11 @@ def _read(
         if not is_damage(err):
             raise
         bad = damaged_files(files.name, paths, columns, schema)
-        if unreadable is None or not bad:
-            raise (
-                bad[0][1] if bad else as_corrupt(err, {"table": files.name, "file": ", ".join(paths[:3])})
-            ) from None
+        if not bad:
+            raise as_corrupt(err, {"table": files.name, "file": ", ".join(paths[:3])}) from None
+    if bad:
+        if unreadable is None:
+            raise bad[0][1]
         by_path = dict(zip(paths, indices, strict=True))
         for path, found in bad:
             i = by_path[path]

@@ -282,7 +282,8 @@ def _rewrite(path: str, **options: Any) -> None:
     """Rewrite a steps file in place, same rows and row groups, other Parquet options."""
     parquet = pq.ParquetFile(path)
     tables = [parquet.read_row_group(g) for g in range(parquet.metadata.num_row_groups)]
-    with pq.ParquetWriter(path, tables[0].schema, **options) as writer:
+    # with page CRCs, as the lake writes every file (its table records that: pi_format.lake.integrity)
+    with pq.ParquetWriter(path, tables[0].schema, write_page_checksum=True, **options) as writer:
         for table in tables:
             writer.write_table(table, row_group_size=table.num_rows)
 
