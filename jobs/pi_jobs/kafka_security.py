@@ -84,6 +84,11 @@ class KafkaSecurity:
             if not isinstance(key, str) or not isinstance(value, str):
                 raise KafkaSecurityError(f"Kafka security options must map str to str; key {key!r} does not")
             _check_key(key, "Kafka security options")
+            if "\x00" in value:  # librdkafka takes C strings: it would use the value cut there
+                raise KafkaSecurityError(
+                    f"Kafka security option {key!r} contains a NUL byte, where librdkafka would cut "
+                    "it off; check where the value comes from (a binary file named by a _FILE variable?)"
+                )
         protocol = self.options.get("security.protocol")
         if protocol is not None and protocol.upper() not in _PROTOCOLS:
             raise KafkaSecurityError(

@@ -161,3 +161,15 @@ def test_hostile_strings_are_parameters_or_rejected(tmp_path):
     assert sorted(catalog.episode_ids("SELECT episode_id FROM episodes")) == ["ep-000", "ep-001"]
     with pytest.raises(ValidationSetupError, match="no expectation suite"):
         validate_table(lake.layout.root, "episodes; DROP TABLE x", validation_dir=Path(tmp_path / "v"))
+
+
+def test_a_nul_byte_in_a_secret_is_refused_without_showing_it(tmp_path):
+    # librdkafka would silently use the password cut at the NUL (found by issue 31's hostile
+    # credentials): refuse it, naming the key only
+    with pytest.raises(KafkaSecurityError, match=r"'sasl\.password' contains a NUL byte") as info:
+        KafkaSecurity({"sasl.password": f"ok\x00{SECRET}"})
+    assert SECRET not in str(info.value)
+    (tmp_path / "pw").write_bytes(b"ok\x00" + SECRET.encode())
+    with pytest.raises(KafkaSecurityError, match="NUL byte"):
+        env = {"PILAKE_HOME": str(tmp_path), "PILAKE_KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "pw")}
+        Settings.from_env(env)
