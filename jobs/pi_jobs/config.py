@@ -90,6 +90,21 @@ def parse_bool(text: str) -> bool:
     raise ValueError(f"expected true or false, got {text!r}")
 
 
+def parse_first_port(text: str) -> int:
+    """A port ("9480"), or the first of a range ("9480-9487", as pi_loader reads its own
+    PILAKE_LOADER_METRICS_PORT); "0" is 0 (off).
+
+    Example:
+        >>> parse_first_port("9480-9487")
+        9480
+    """
+    first, sep, last = text.strip().partition("-")
+    port = int(first)
+    if sep and not port <= int(last) <= 65535:
+        raise ValueError(f"expected a port or a range 'first-last' with first <= last, got {text!r}")
+    return port
+
+
 @dataclass(frozen=True, slots=True)
 class Resolution:
     """What `resolve` found: the field values the file or the environment set, and where every
@@ -155,7 +170,7 @@ def read_config_file(path: Path) -> dict[str, Any]:
 
 def _file_value(spec: ConfigKey, value: Any, path: Path) -> Any:
     """Check a TOML value's type against what the key's parser produces."""
-    if spec.parse is int:
+    if spec.parse is int or spec.parse is parse_first_port:
         ok = isinstance(value, int) and not isinstance(value, bool)
         want = "an integer"
     elif spec.parse is parse_bool:
@@ -303,7 +318,11 @@ def resolve(
             try:
                 values[spec.field] = spec.parse(text)
             except ValueError as err:
-                kind = {int: "an integer", parse_bool: "true or false"}.get(spec.parse, "valid")
+                kind = {
+                    int: "an integer",
+                    parse_bool: "true or false",
+                    parse_first_port: "a port or a range 'first-last'",
+                }.get(spec.parse, "valid")
                 raise ConfigError(f"{spec.env} must be {kind}, got {text!r} ({err})") from err
             sources[spec.key] = source
     kafka_env, kafka_sources = _kafka_security(table.get(KAFKA_SECURITY_TABLE), path, environ)

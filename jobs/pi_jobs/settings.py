@@ -15,7 +15,7 @@ from pathlib import Path
 
 from pi_format.topics import AckRoutes, fleet_ack_topic
 
-from pi_jobs.config import ConfigKey, Resolution, parse_bool, resolve
+from pi_jobs.config import ConfigKey, Resolution, parse_bool, parse_first_port, resolve
 from pi_jobs.kafka_security import KafkaSecurity
 
 # 19092 rather than Kafka's 9092, so a developer's real Kafka on 9092 is left alone.
@@ -49,7 +49,8 @@ SETTINGS_KEYS: tuple[ConfigKey, ...] = (
     # Prometheus endpoints (0 = off); `pilake status` scrapes them
     ConfigKey("metrics.uploader_port", "PILAKE_UPLOADER_METRICS_PORT", "uploader_metrics_port", int),
     ConfigKey("metrics.stream_port", "PILAKE_STREAM_METRICS_PORT", "stream_metrics_port", int),
-    ConfigKey("metrics.loader_port", "PILAKE_LOADER_METRICS_PORT", "loader_metrics_port", int),
+    # pi_loader reads this variable itself and also takes a range "9480-9487" (its first port here)
+    ConfigKey("metrics.loader_port", "PILAKE_LOADER_METRICS_PORT", "loader_metrics_port", parse_first_port),
     ConfigKey("metrics.port_range", "PILAKE_METRICS_PORT_RANGE", "metrics_port_range", int),
     # deltalake (the sink, the readers) and pi_loader take S3 settings from the environment
     ConfigKey("s3.endpoint", "AWS_ENDPOINT_URL", "s3_endpoint", export=True),

@@ -209,3 +209,20 @@ def test_metrics_port_zero_is_off_for_every_component(tmp_path: Path, variable: 
     # the uploader of `pilake upload | simulate --upload` gets the port as the CLI passes it
     uploader = UploaderConfig("127.0.0.1:1", tmp_path, metrics_port=settings.uploader_metrics_port)
     assert (uploader.metrics_port is None) == (component == "uploader")
+
+
+def test_pilake_takes_the_loader_port_range_pi_loader_takes(tmp_path: Path) -> None:
+    # README documents PILAKE_LOADER_METRICS_PORT=9480-9487 for the loader; pilake's own settings
+    # refused it ("must be an integer"), so every pilake command failed with it set
+    from pi_jobs.config import ConfigError
+    from pi_jobs.settings import Settings
+
+    home = {"PILAKE_HOME": str(tmp_path)}
+    assert Settings.from_env({**home, "PILAKE_LOADER_METRICS_PORT": "9480-9487"}).loader_metrics_port == 9480
+    assert Settings.from_env({**home, "PILAKE_LOADER_METRICS_PORT": "9481"}).loader_metrics_port == 9481
+    for bad in ("9487-9480", "x", "9480-70000"):
+        with pytest.raises(ConfigError, match="PILAKE_LOADER_METRICS_PORT must be a port or a range"):
+            Settings.from_env({**home, "PILAKE_LOADER_METRICS_PORT": bad})
+    (tmp_path / "pilake.toml").write_text("[metrics]\nloader_port = 9490\n")
+    from_file = Settings.from_env({**home, "PILAKE_CONFIG": str(tmp_path / "pilake.toml")})
+    assert from_file.loader_metrics_port == 9490
