@@ -6,6 +6,8 @@ from __future__ import annotations
 import shlex
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 from pi_catalog import Catalog, CatalogQueryError
 from pi_jobs.ui import (
     EngineFunctions,
@@ -134,3 +136,20 @@ def test_run_select_pages_caps_and_stays_read_only(ui_lake: UiLake) -> None:
     assert readonly.column("value").to_pylist() == ["0"]
     catalog.ensure_schema()
     catalog.close()
+
+
+@given(st.text(max_size=300))
+@settings(max_examples=300, deadline=None)
+def test_check_select_takes_any_text_and_refuses_or_keeps_it(text: str) -> None:
+    try:
+        checked = check_select(text)
+    except QueryRefused:
+        return
+    assert checked == checked.strip() and checked in text  # a cut of the text, nothing added
+
+
+@given(st.text(alphabet=st.characters(codec="utf-8", exclude_characters="'\\"), max_size=40))
+def test_a_query_ending_in_any_literal_keeps_it(value: str) -> None:
+    sql = f"SELECT episode_id FROM episodes WHERE robot_id = '{value}'"
+    assert check_select(sql) == sql
+    assert check_select(sql + " ; -- trailing") == sql
