@@ -84,6 +84,8 @@ class RssSampler:
         self.peak_bytes = 0
         self.samples = 0
         self.workers_seen: set[int] = set()
+        self.timeline: list[tuple[float, int]] = []  # (seconds since start, summed RSS), ~1 per second
+        self._t0 = time.monotonic()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="rss-sampler", daemon=True)
 
@@ -97,10 +99,16 @@ class RssSampler:
 
     def _run(self) -> None:
         while not self._stop.is_set():
+            total = 0
             for pid in _python_workers(self.pgid, self.driver_pid):
                 self.workers_seen.add(pid)
-                self.peak_bytes = max(self.peak_bytes, _rss_bytes(pid))
+                rss = _rss_bytes(pid)
+                total += rss
+                self.peak_bytes = max(self.peak_bytes, rss)
             self.samples += 1
+            now = time.monotonic() - self._t0
+            if not self.timeline or now - self.timeline[-1][0] >= 1.0:
+                self.timeline.append((round(now, 1), total))
             self._stop.wait(self.interval_s)
 
 
@@ -332,6 +340,7 @@ def wire_attack(
             "peak_held_bytes": int(progress.get("peak_held_bytes", 0)),
             "limits_acted": dict(progress.get("limits_acted", {})),
             "rss_samples": rss.samples,
+            "rss_timeline": rss.timeline,
             "python_workers_seen": len(rss.workers_seen),
             "valid_freshness_s": [round(f, 3) for f in freshness],
             "send_s": round(sent_s, 2),
