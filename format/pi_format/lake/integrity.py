@@ -257,7 +257,8 @@ def check_page_crcs(
                         f"{header.compressed_size} stored bytes",
                     )
                 )
-        if shape is not None:
+        page_ok = not faults or faults[-1][0] != pages  # one fault per page: the CRC's first
+        if shape is not None and page_ok:
             problem = _page_problem(header, view[body_start:body_end], shape)
             if problem:
                 faults.append((pages, start_offset + pos, problem))
