@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import os
 import random
 import subprocess
 import time
@@ -170,3 +171,60 @@ def test_hostile_usernames_and_passwords_are_refused_without_showing_the_passwor
             assert len(up.spool) == 1
         assert password not in str(info.value) and SECRET not in str(info.value)
     assert SECRET not in caplog.text
+
+
+@integration
+def test_pilake_upload_as_a_robot_runs_it_exits_1_with_the_refusal(
+    auth_broker: str, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # a robot's configuration as deploy/robot/uploader.env.example gives it (the password a file)
+    from pi_jobs.cli import main
+
+    (tmp_path / "kafka-password").write_text(SECRET + "\n")
+    # the CLI exports settings into its environment: keep that from the rest of the session
+    monkeypatch.setattr(os, "environ", os.environ.copy())
+    for name, value in {
+        "PILAKE_HOME": str(tmp_path / "home"),
+        "PILAKE_BOOTSTRAP": auth_broker,
+        "PILAKE_FLEET": "lab1",
+        "PILAKE_UPLOADER_METRICS_PORT": "0",
+        "PILAKE_KAFKA_SECURITY_PROTOCOL": "SASL_PLAINTEXT",
+        "PILAKE_KAFKA_SASL_MECHANISM": "SCRAM-SHA-512",
+        "PILAKE_KAFKA_SASL_USERNAME": "fleet-lab1",
+        "PILAKE_KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "kafka-password"),
+    }.items():
+        monkeypatch.setenv(name, value)
+    code = main(
+        ["simulate", "--robots", "1", "--episodes", "1", "--duration-s", "1", "--upload", "--wait-s", "5"]
+    )
+    err = capsys.readouterr().err
+    assert code == 1, err
+    assert "KafkaAccessError" in err and "refused user 'fleet-lab1' (SCRAM-SHA-512" in err, err
+    assert SECRET not in err
+    assert len(list((tmp_path / "home" / "spool").iterdir())) > 0  # the episode waits in the spool
+
+
+def test_each_refusal_names_its_fix() -> None:
+    from confluent_kafka import KafkaError
+    from pi_ingest._access import access_error, is_access_error
+
+    options = {"security.protocol": "SASL_SSL", "sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u"}
+    cases = {
+        KafkaError.TOPIC_AUTHORIZATION_FAILED: "grant this user the ACLs to write to t",
+        KafkaError.GROUP_AUTHORIZATION_FAILED: "grant this user the ACLs",
+        KafkaError._SSL: "PILAKE_KAFKA_SSL_CA_LOCATION",
+        KafkaError._AUTHENTICATION: "PILAKE_KAFKA_SASL_PASSWORD",
+        KafkaError.SASL_AUTHENTICATION_FAILED: "PILAKE_KAFKA_SASL_PASSWORD",
+    }
+    for code, fix in cases.items():
+        err = KafkaError(code)
+        assert is_access_error(err)
+        text = str(
+            access_error(
+                err, client_options=options, bootstrap_servers="k:9094", topic="t", action="write to"
+            )
+        )
+        assert fix in text and "user 'u' (SCRAM-SHA-512, SASL_SSL)" in text, text
+    for other in (KafkaError._MSG_TIMED_OUT, KafkaError._TRANSPORT, KafkaError.UNKNOWN_PRODUCER_ID):
+        assert not is_access_error(KafkaError(other))
+    assert not is_access_error(None)
