@@ -13,6 +13,17 @@ page is flipped (seeded: the page, the byte and the bit pattern). Then, on the c
    (raw is the ground truth: nothing can restore it, and its training rows are intact).
 
 One more case flips a steps page and the same episode's raw page: repair keeps it aside.
+
+The damage classes of issue 31, on a lake of two group commits (`clean2`): a page header's CRC
+field marker flipped with a payload bit of the same page (steps, episodes); every single-bit
+flip of a steps page header (generated: the loader raises a CorruptDataError or reads the clean
+sample, and verify reports every flip the loader raises on); the newest episodes log commit
+deleted; a truncated or zeroed episodes file (the Dataset opens without its episodes and names
+it); an invalid JSON steps or video commit after the checkpoint (nothing is lost; repair sets it
+aside and adds its file back); a truncated or footer-damaged steps or video file (a
+CorruptDataError naming table, file and episode that `on_corrupt="skip"` skips, the other
+commit's samples delivered unchanged). Each is then found by verify, repaired from raw and the
+clean samples read back.
 """
 
 from __future__ import annotations

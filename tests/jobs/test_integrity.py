@@ -206,3 +206,30 @@ def test_a_dry_run_says_what_repair_would_do_and_changes_nothing(lake: LakeLayou
     assert planned.repaired[0]["new_attempt"] is None and not planned.files_rewritten
     assert {t: DeltaTable(lake.table(t)).version() for t in versions} == versions
     assert verify_lake(lake, VerifyConfig()).exit_code == 2
+
+
+def test_a_commit_missing_from_a_log_is_a_lost_commit(lake: LakeLayout) -> None:
+    log = Path(lake.raw) / "_delta_log"
+    (log / f"{0:020d}.json").unlink()  # the table's creation: a gap below its newest commit
+    report = verify_lake(lake, VerifyConfig(tables=("raw",)))
+    assert report.exit_code == 2
+    lost = [f for f in report.faults if f.kind == "lost_commit"]
+    assert [(f.table, f.file) for f in lost] == [("raw", f"_delta_log/{0:020d}.json")]
+    assert "missing" in lost[0].detail
+
+
+def test_an_episode_with_rows_but_no_marker_is_found_and_rebuilt(lake: LakeLayout) -> None:
+    from deltalake import DeltaTable
+    from pi_format.lake._commit import file_sizes
+
+    episodes = DeltaTable(lake.episodes)
+    ((path, size),) = file_sizes(episodes).items()
+    ids = set(pq.read_table(Path(lake.episodes) / path, columns=["episode_id"]).column(0).to_pylist())
+    commit_actions(episodes, "episodes", removes=[(path, size)])  # the markers gone, rows kept
+    report = verify_lake(lake, VerifyConfig())
+    assert {e["episode_id"] for e in report.corrupt_episodes} == ids
+    assert all(e["vanished"] for e in report.corrupt_episodes)
+    assert {f.kind for f in report.faults} == {"lost_commit"}
+    result = repair_lake(lake, report, RepairConfig())
+    assert {r["episode_id"] for r in result.repaired} == ids and result.exit_code == 0
+    assert verify_lake(lake, VerifyConfig()).exit_code == 0
