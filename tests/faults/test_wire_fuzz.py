@@ -73,3 +73,37 @@ def test_audit_accounts_for_every_message(attack: Any) -> None:
     assert a["ok"], a
     assert attack.lost == 0 and attack.duplicated == 0
     assert attack.episodes_in == attack.visible + attack.quarantined
+
+
+def test_an_exception_on_one_episode_quarantines_it_and_the_job_carries_on(
+    tmp_path: Path, stack_settings: Any
+) -> None:
+    """A data-dependent exception inside the sink (injected for one episode id, as a featurize
+    bug on its data would raise) costs that episode only: quarantined as sink_error with the
+    exception, acked, the others committed, no restart (was: a crash loop)."""
+    from deltalake import DeltaTable
+    from pi_format import LakeLayout
+    from pi_jobs.local.faults import FaultStack
+    from pi_jobs.local.faults._harness import confirm_all
+    from pi_jobs.local.faults._messages import simulated
+    from pi_jobs.stream._sink import RAISE_FOR_ENV
+
+    episodes = simulated(3200, robots=1, episodes=3)
+    victim = episodes[1].episode_id
+    with FaultStack(tmp_path / "home", jar_cache=Path(stack_settings.jar_dir)) as stack:
+        stack.start_broker()
+        stream = stack.start_stream(extra_env={RAISE_FOR_ENV: victim})
+        with stack.uploader("robot") as up:
+            for ep in episodes:
+                up.submit(ep)
+            report = confirm_all(up, stream)
+        alive = stream.alive()
+        stream.stop()
+        rows = DeltaTable(LakeLayout(stack.settings.lake_root).quarantine).to_pyarrow_table().to_pylist()
+        audit = stack.audit()
+        restarts = stack.flink_restarts()
+    assert alive and restarts == 0
+    assert sorted(report.committed) == sorted(e.episode_id for e in episodes if e.episode_id != victim)
+    assert [(r["episode_id"], r["reason"]) for r in rows] == [(victim, "sink_error")]
+    assert "RuntimeError: fault injection" in rows[0]["details"] and "_sink.py" in rows[0]["details"]
+    assert audit["ok"] and audit["quarantined"] == 1 and audit["visible"] == 2

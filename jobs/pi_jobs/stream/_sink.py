@@ -65,6 +65,9 @@ CRASH_AT_ENV = "PILAKE_FAULT_CRASH_AT"
 RECOVERY_SLACK_MS = 30_000
 CRASH_MARKER_ENV = "PILAKE_FAULT_CRASH_MARKER"
 CRASH_SUBTASK_ENV = "PILAKE_FAULT_CRASH_SUBTASK"
+# Fault injection (tests only): featurizing the episode with this id raises, as a bug on its data
+# would; the sink must quarantine it as sink_error and carry on (format/SPEC.md 9.5).
+RAISE_FOR_ENV = "PILAKE_FAULT_RAISE_FOR_EPISODE"
 
 
 @dataclass(slots=True)
@@ -525,6 +528,8 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         )
         try:
             episode = asm.assemble()
+            if os.environ.get(RAISE_FOR_ENV) == eid:
+                raise RuntimeError(f"fault injection: {RAISE_FOR_ENV}={eid}")
             check_episode(episode, self.registry)
             featurized = featurize(
                 episode,
