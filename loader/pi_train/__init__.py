@@ -4,7 +4,8 @@ A small policy (a convolutional encoder per camera plus a proprio MLP, predictin
 chunk) trained on a snapshot of the lake: one process or several in data parallel (torch DDP
 over gloo/NCCL, `jax.distributed`), each reading its own shard of one snapshot they agree on;
 checkpoints hold the model, the optimizer and every rank's loader state, so a run killed at
-any moment resumes with the same batches and the same losses; every step is timed in parts
+any moment resumes with the same batches and the same losses; on SIGTERM or at a deadline
+every rank finishes its step, the run checkpoints it and exits 0; every step is timed in parts
 (data wait, host-to-device, compute, other) and the run says what bounds it.
 
 On the training side of the tree: it imports pi_loader and pi_format only. torch, jax, flax,
@@ -26,9 +27,11 @@ from pi_train._launch import launch
 from pi_train._loop import TrainResult, batch_digest, train
 from pi_train._normalize import Normalization, normalization_stats
 from pi_train._plot import plot_timing
+from pi_train._stop import DEADLINE_ENV, StopRequest, deadline_from_env
 from pi_train._timing import StepTimer, StepTimes, verdict
 
 __all__ = [
+    "DEADLINE_ENV",
     "CheckpointError",
     "Normalization",
     "PiTrainError",
@@ -36,9 +39,11 @@ __all__ = [
     "ProcessGroup",
     "StepTimer",
     "StepTimes",
+    "StopRequest",
     "TrainConfig",
     "TrainResult",
     "batch_digest",
+    "deadline_from_env",
     "launch",
     "make_backend",
     "normalization_stats",

@@ -45,6 +45,9 @@ class TrainConfig:
         checkpoint_dir: where checkpoints go; None: `<out_dir>/checkpoints`.
         checkpoint_every: write a checkpoint every this many steps (0: only at the end).
         resume: continue from the latest checkpoint (the run's pinned snapshot is reused).
+        stop_after_s: stop cleanly once this many seconds have passed since `train` started:
+            finish the step, checkpoint it, return (exit 0), as on SIGTERM; None: no limit
+            (`PILAKE_TRAIN_DEADLINE`, a Unix time, is the other deadline; see `pi_train._stop`).
         batch_size: samples per process per step (the global batch is this x processes).
         workers: pi_loader worker processes per training process (0: read in the training
             loop); None: the host's cores less two, shared between this host's processes
@@ -87,6 +90,9 @@ class TrainConfig:
     # Every 100 steps: a CPU checkpoint of the reference model is ~1 MB, a second or less.
     checkpoint_every: int = 100
     resume: bool = False
+    # None: a run ends at `steps`, or on SIGTERM; a job with a wall-clock limit sets this to the
+    # limit less the checkpoint time and a step, so it ends checkpointed instead of killed.
+    stop_after_s: float | None = None
     # 32 is the loader benchmark's batch and a usual policy batch per device.
     batch_size: int = 32
     # None: follow the host's cores (1 on a 2-core machine, 14 on a 16-core GPU host).
@@ -125,6 +131,15 @@ class TrainConfig:
         _positive_int("seed", self.seed, 0)
         if self.threads is not None:
             _positive_int("threads", self.threads)
+        if self.stop_after_s is not None and (
+            isinstance(self.stop_after_s, bool)
+            or not isinstance(self.stop_after_s, int | float)
+            or not 0 <= self.stop_after_s < float("inf")
+        ):
+            raise ValueError(
+                "stop_after_s must be a number of seconds >= 0 (or None: no deadline), "
+                f"got {self.stop_after_s!r}"
+            )
         if self.sql is not None and self.dataset is not None:
             raise ValueError("pass sql or dataset (a snapshot name), not both")
         if self.mix is not None:

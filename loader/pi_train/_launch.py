@@ -4,12 +4,17 @@ Each process gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MAST
 MASTER_PORT), so the same config also runs under `torchrun --nproc-per-node N -m pi_train
 CONFIG.json` or a cluster launcher that sets them. If one process fails, the others are stopped: a synchronous
 data-parallel run cannot go on without it, and they would wait in a collective until timeout.
+
+A SIGTERM to the launcher (what Kubernetes sends to a container's first process) is passed on
+to every rank, which then stop together at a checkpoint (`pi_train._stop`); the launcher waits
+for them and returns 0 when they all exited 0.
 """
 
 from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,6 +24,7 @@ from pathlib import Path
 
 from pi_train._config import TrainConfig
 from pi_train._files import atomic_write
+from pi_train._stop import StopRequest
 
 
 def free_port() -> int:
@@ -34,11 +40,14 @@ def launch(
     *,
     env: Mapping[str, str] | None = None,
     python: str = sys.executable,
+    module: str = "pi_train",
 ) -> int:
     """Run `config` in `nproc` local processes (ranks 0..nproc-1) and wait for them.
 
-    Writes `<out_dir>/config.json` and starts each rank with it. Returns 0 when every rank
-    succeeded, else the first failing rank's exit code (the others are terminated).
+    Writes `<out_dir>/config.json` and starts each rank with it (`python -m MODULE CONFIG.json`;
+    `module` is pi_train's entry point unless a wrapper of `pi_train.train` is given). Returns 0
+    when every rank succeeded, else the first failing rank's exit code (the others are
+    terminated). A SIGTERM meanwhile is passed on to every rank (see the module docstring).
 
     Example:
         >>> launch(TrainConfig(lake=".pilake/lake", framework="jax", steps=100), nproc=2)
@@ -61,15 +70,29 @@ def launch(
             MASTER_ADDR="127.0.0.1",
             MASTER_PORT=str(port),
         )
-        procs.append(subprocess.Popen([python, "-m", "pi_train", str(path)], env=rank_env))
+        procs.append(subprocess.Popen([python, "-m", module, str(path)], env=rank_env))
     failed = 0
+    stop = StopRequest()  # its handler only notes the signal; this loop passes it on
+    forwarded = False
     try:
-        while any(p.poll() is None for p in procs):
-            codes = [p.returncode for p in procs if p.returncode not in (None, 0)]
-            if codes:
-                failed = codes[0]
-                break
-            time.sleep(0.2)
+        with stop.installed():
+            while any(p.poll() is None for p in procs):
+                codes = [p.returncode for p in procs if p.returncode not in (None, 0)]
+                if codes:
+                    failed = codes[0]
+                    break
+                if stop.signal_at is not None and not forwarded:
+                    for p in procs:
+                        if p.poll() is None:
+                            p.send_signal(signal.SIGTERM)
+                    forwarded = True
+                time.sleep(0.05 if forwarded else 0.2)
+        if forwarded:
+            print(
+                f"pi_train.launch: SIGTERM passed on to {nproc} processes; they exited "
+                f"{[p.returncode for p in procs]} {stop.since_request()} s after it",
+                flush=True,
+            )
     finally:
         for p in procs:
             if p.poll() is None:

@@ -8,7 +8,10 @@ config's seed; restore model, optimizer and every rank's loader state from the n
 checkpoint when resuming; check with `pi_loader.agree(loader)` that all processes hold the same
 data at the same position; then step. A step is timed in parts (`_timing`), its loss appended to
 `steps.rank<r>.jsonl`, and every `checkpoint_every` steps the model, the optimizer and all ranks'
-loader states are checkpointed together, atomically.
+loader states are checkpointed together, atomically. On SIGTERM or at a deadline
+(`pi_train._stop`) every rank finishes its step, the run checkpoints that step and `train`
+returns normally (`TrainResult.stopped`), so the process exits 0 and `resume=True` continues
+with exactly the batches and losses of a run that never stopped.
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig, loader_wor
 from pi_train._errors import CheckpointError, PiTrainError
 from pi_train._files import JsonlLog, atomic_write
 from pi_train._normalize import Normalization, normalization_stats
+from pi_train._stop import StopRequest, deadline_from_env
 from pi_train._timing import StepTimer, StepTimes
 
 CHECKPOINT_EXTRA_FORMAT = "pi_train.checkpoint/1"
@@ -45,6 +49,9 @@ class TrainResult:
         summary: the step-time decomposition over the run (max over ranks) with its verdict.
         param_digest: 16 hex digits over the final parameters (equal on every rank).
         out_dir: where the logs, plot, snapshot and checkpoints are.
+        stopped: None when the run reached `config.steps`; else what stopped it early
+            ({"reason": "SIGTERM" | "deadline", "step": ..., "checkpoint_s": ...,
+            "request_to_exit_s": ...}, also appended to `<out_dir>/stops.rank<r>.jsonl`).
 
     Example:
         >>> result = train(config)
@@ -58,6 +65,7 @@ class TrainResult:
     summary: dict[str, Any]
     param_digest: str
     out_dir: Path = field(default_factory=Path)
+    stopped: dict[str, Any] | None = None
 
 
 def batch_digest(batch: Mapping[str, np.ndarray]) -> str:
@@ -213,6 +221,10 @@ def train(
             several.
         on_step: called after every step with (step, loss), after its checkpoint if any.
 
+    On SIGTERM (handled while `train` runs, when called on the main thread), at
+    `config.stop_after_s` or at `PILAKE_TRAIN_DEADLINE`: every rank finishes its current step,
+    the run checkpoints it and returns with `TrainResult.stopped` set (see `pi_train._stop`).
+
     Returns:
         A `TrainResult`; `<out_dir>` holds `steps.rank<r>.jsonl`, `timing.jsonl`, `timing.png`,
         `summary.json`, `snapshot.json` and the checkpoints.
@@ -227,12 +239,38 @@ def train(
         'input-bound: 41% of step time waiting for data'
     """
     group = group if group is not None else ProcessGroup.from_env()
-    backend = make_backend(config, group)
-    backend.start()
-    try:
-        return _run(config, group, backend, on_step)
-    finally:
-        backend.stop()
+    stop = StopRequest(stop_after_s=config.stop_after_s, deadline=deadline_from_env())
+    with stop.installed():  # from before the rendezvous: a SIGTERM while starting stops too
+        backend = make_backend(config, group)
+        backend.start()
+        stop.install()  # again: joining a JAX process group replaces the SIGTERM handler
+        try:
+            result = _run(config, group, backend, on_step, stop)
+        finally:
+            backend.stop()
+        if result.stopped is not None:
+            _record_stop(result, group, stop)
+    return result
+
+
+def _record_stop(result: TrainResult, group: ProcessGroup, stop: StopRequest) -> None:
+    """Append the stop to `stops.rank<r>.jsonl` and say it: the time from this process's
+    request (its signal, else the ranks' decision) to here, when the checkpoint is durable, the
+    loader's workers are gone and the process group is left; the interpreter's exit follows."""
+    assert result.stopped is not None  # the caller checked; narrows the type
+    result.stopped["request_to_exit_s"] = stop.since_request()
+    with JsonlLog(result.out_dir / f"stops.rank{group.rank}.jsonl", keep_through_step=10**12) as log:
+        log.write(result.stopped)
+    if group.rank == 0 or result.stopped["received_signal"]:
+        where = f"checkpoint of step {result.stopped['checkpoint_step']}"
+        if result.stopped["checkpoint_step"] is None:
+            where = "no new step to checkpoint"
+        print(
+            f"pi_train: rank {group.rank} stopped by {result.stopped['reason']} after step "
+            f"{result.step} ({where}); {result.stopped['request_to_exit_s']} s from the request to "
+            "exit; continue with resume=True (--resume)",
+            flush=True,
+        )
 
 
 def _run(
@@ -240,6 +278,7 @@ def _run(
     group: ProcessGroup,
     backend: Backend,
     on_step: Callable[[int, float], None] | None,
+    stop: StopRequest,
 ) -> TrainResult:
     out = Path(config.out_dir)
     rank0 = group.rank == 0
@@ -269,6 +308,9 @@ def _run(
     timing_log = JsonlLog(out / "timing.jsonl", keep_through_step=resumed) if rank0 else None
     losses: list[float] = []
     step = start
+    saved = start if resumed else None  # the step of the newest checkpoint of this run
+    position: dict[str, Any] | None = None
+    stopped: dict[str, Any] | None = None
     batches = _endless(loader, config.batch_size)
     # Batches are copied to the device ahead of the step that needs them, on another thread;
     # each carries the loader's state right after it, which is what a checkpoint must save.
@@ -276,6 +318,12 @@ def _run(
     try:
         while step < config.steps:
             t0 = time.perf_counter()
+            # A collective before every step: all ranks stop after the same one (even when the
+            # signal reached one process only), so the checkpoint below is of one step everywhere.
+            reason = stop.agreed(backend.reduce_max)
+            if reason is not None:
+                stopped = _stop_checkpoint(backend, config, group, position, step, saved, stop)
+                break
             fed = next(feed)
             t2 = time.perf_counter()
             batch, position = fed.host, fed.state
@@ -294,6 +342,7 @@ def _run(
             t4 = time.perf_counter()
             if step == config.steps or (config.checkpoint_every and step % config.checkpoint_every == 0):
                 _save(backend, config, group, position, step)
+                saved = step
             t5 = time.perf_counter()
             timer.add(
                 StepTimes(
@@ -317,6 +366,7 @@ def _run(
                 on_step(step, loss)
         summary = timer.summary(step)
         summary.update(
+            stopped=stopped,
             framework=config.framework,
             batch_size=config.batch_size,
             workers=loader_workers(config, group.local_world_size),
@@ -330,7 +380,7 @@ def _run(
             (out / "summary.json").write_text(json.dumps(summary, indent=1))
             rate, measured = summary["samples_per_s"], summary["steps"]
             print(f"pi_train: {summary['verdict']} ({rate} samples/s over {measured} steps)", flush=True)
-            if config.plot and timing_log is not None:
+            if config.plot and timing_log is not None and stopped is None:  # no plot in a grace period
                 from pi_train._plot import plot_timing
 
                 title = f"{config.framework}: {summary['verdict']}"
@@ -342,5 +392,37 @@ def _run(
             timing_log.close()
         loader.close()
     return TrainResult(
-        step=step, start_step=start, losses=losses, summary=summary, param_digest=digest, out_dir=out
+        step=step,
+        start_step=start,
+        losses=losses,
+        summary=summary,
+        param_digest=digest,
+        out_dir=out,
+        stopped=stopped,
     )
+
+
+def _stop_checkpoint(
+    backend: Backend,
+    config: TrainConfig,
+    group: ProcessGroup,
+    position: dict[str, Any] | None,
+    step: int,
+    saved: int | None,
+    stop: StopRequest,
+) -> dict[str, Any]:
+    """Checkpoint the last finished step unless it already is (every rank calls this at the
+    same step); returns the stop's record."""
+    t0 = time.perf_counter()
+    checkpoint: int | None = None
+    if position is not None and saved != step:
+        _save(backend, config, group, position, step)
+        checkpoint = step
+    return {
+        "reason": stop.reason,
+        "received_signal": stop.signal_at is not None,
+        "step": step,
+        "checkpoint_step": checkpoint if checkpoint is not None else saved,
+        "checkpoint_s": round(time.perf_counter() - t0, 3),
+        "request_to_stop_s": stop.since_request(),
+    }

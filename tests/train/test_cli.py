@@ -84,3 +84,20 @@ def test_pilake_train_runs_refuses_to_overwrite_and_resumes(
     assert main([*argv, "--steps", "5", "--resume"]) == 0
     assert [r["step"] for r in read_jsonl(out / "steps.rank0.jsonl")] == [1, 2, 3, 4, 5]
     assert json.loads((out / "summary.json").read_text())["start_step"] == 3
+
+
+def test_pilake_train_stop_after_s_exits_0_checkpointed_and_resumes(
+    train_lake: FakeLake, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out = tmp_path / "run"
+    argv = ["train", "--lake", train_lake.layout.root, "--batch-size", "4", "--action-horizon", "4"]
+    argv += ["--workers", "0", "--checkpoint-every", "0", "--steps", "4", "--out", str(out)]
+    # a deadline already passed: no step starts, nothing to checkpoint, and that is success
+    assert main([*argv, "--stop-after-s", "0"]) == 0
+    assert "pilake train: stopped by deadline at step 0 of 4" in capsys.readouterr().out
+    (stop,) = read_jsonl(out / "stops.rank0.jsonl")
+    assert (stop["reason"], stop["step"], stop["checkpoint_step"]) == ("deadline", 0, None)
+    assert main([*argv, "--resume"]) == 0
+    assert [r["step"] for r in read_jsonl(out / "steps.rank0.jsonl")] == [1, 2, 3, 4]
+    assert main([*argv, "--stop-after-s", "-1", "--resume"]) == 1
+    assert "stop_after_s must be a number of seconds >= 0" in capsys.readouterr().err

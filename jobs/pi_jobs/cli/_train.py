@@ -65,6 +65,7 @@ def train_config_from_args(settings: Settings, args: argparse.Namespace) -> Any:
         checkpoint_dir=args.checkpoint_dir,
         checkpoint_every=args.checkpoint_every,
         resume=args.resume,
+        stop_after_s=args.stop_after_s,
         seed=args.seed,
         learning_rate=args.lr,
         loss=args.loss,
@@ -84,6 +85,10 @@ def _cmd_train(settings: Settings, args: argparse.Namespace) -> int:
     if args.nproc > 1:
         return int(launch(config, args.nproc))
     result = train(config)
+    if result.stopped is not None:  # SIGTERM or a deadline: checkpointed, and that is success
+        print(f"pilake train: stopped by {result.stopped['reason']} at step {result.step} of {config.steps}")
+        print(f"  checkpointed in {config.checkpoints}; run the same command with --resume to continue")
+        return 0
     print(f"pilake train: step {result.step}, loss {result.losses[-1] if result.losses else 'n/a'}")
     print(f"  logs, timing.png and summary.json in {result.out_dir}; checkpoints in {config.checkpoints}")
     return 0
@@ -124,6 +129,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--checkpoint-every", type=int, default=100, help="steps between checkpoints (0: only at the end)"
     )
     p.add_argument("--resume", action="store_true", help="continue from the latest checkpoint")
+    p.add_argument(
+        "--stop-after-s",
+        type=float,
+        default=None,
+        help="finish the step, checkpoint and exit 0 after this many seconds, as on SIGTERM "
+        "(also: PILAKE_TRAIN_DEADLINE, a Unix time)",
+    )
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--lr", type=float, default=3e-4)
     p.add_argument("--loss", choices=("l2", "l1"), default="l2")
