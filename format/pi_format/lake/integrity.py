@@ -339,7 +339,7 @@ def check_parquet_file(source: Any, *, require_crc: bool = False) -> FileCheck:
     handle = pa.OSFile(source, "rb") if own else source
     try:
         try:
-            metadata = pq.ParquetFile(handle).metadata
+            metadata = pq.ParquetFile(source if own else handle).metadata
         except (pa.ArrowException, OSError) as err:
             result.faults.append(PageFault(-1, "", -1, -1, f"footer does not parse: {err}"))
             return result
