@@ -158,6 +158,8 @@ def java_client_properties(options: Mapping[str, str]) -> dict[str, str]:
     connect without the certificate.
 
     Raises:
+        KafkaSecurityError: a line break in sasl.username or sasl.password (the JAAS parser of
+            the Java client cannot take one).
         NotImplementedError: mutual TLS (`ssl.certificate.location`/`ssl.key.location`) for the
             Java client: give it a keystore through `ssl.keystore.*` keys instead.
 
@@ -187,6 +189,15 @@ def java_client_properties(options: Mapping[str, str]) -> dict[str, str]:
                 f"sasl.username/sasl.password with sasl.mechanism {mechanism!r}: only PLAIN and SCRAM "
                 "are translated for Flink's Java client"
             )
+        for key in ("sasl.username", "sasl.password"):
+            if any(c in options.get(key, "") for c in "\r\n"):
+                # Kafka's JAAS parser ends a quoted value at a line break, and its error then
+                # names the rest of the value as a key: the password's tail would be logged
+                raise KafkaSecurityError(
+                    f"{key} contains a line break, which Flink's Java Kafka client cannot take "
+                    "(its JAAS parser would fail and show part of the value); remove it from the "
+                    "secret (a _FILE's one trailing newline is already dropped)"
+                )
         user = _jaas_quote(options.get("sasl.username", ""))
         password = _jaas_quote(options.get("sasl.password", ""))
         out["sasl.jaas.config"] = f"{module} required username={user} password={password};"

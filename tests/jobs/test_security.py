@@ -173,3 +173,63 @@ def test_a_nul_byte_in_a_secret_is_refused_without_showing_it(tmp_path):
     with pytest.raises(KafkaSecurityError, match="NUL byte"):
         env = {"PILAKE_HOME": str(tmp_path), "PILAKE_KAFKA_SASL_PASSWORD_FILE": str(tmp_path / "pw")}
         Settings.from_env(env)
+
+
+def _hostile_secrets(seed: int, count: int) -> list[str]:
+    import random
+
+    rng = random.Random(seed)
+    pieces = ['"', "\\", ";", "'", "=", ",", " ", "\t", "\u00e9", "\U0001f916", "/*", "*/", "//", "{", "}",
+              "required", "\x01", "\x7f", "a" * 200]  # fmt: skip
+    return [SECRET + "".join(rng.choice(pieces) for _ in range(rng.randint(1, 8))) for _ in range(count)]
+
+
+@pytest.mark.integration
+def test_the_java_clients_jaas_parser_reads_back_every_password_exactly(stack_settings):
+    # Flink's Kafka source gets sasl.jaas.config (java_client_properties); Kafka's own parser
+    # (JaasContext, kafka-clients from the connector jars) must read back the exact user and
+    # password, for quotes, backslashes, comments, braces and the like
+    import base64
+    import subprocess
+    from pathlib import Path
+
+    import pyflink
+    from pi_jobs.stream.connector_jars import ensure_connector_jars
+
+    jars = ensure_connector_jars(stack_settings.jar_dir)
+    slf4j = Path(pyflink.__file__).parent / "lib" / "flink-dist-2.0.2.jar"  # JaasContext logs
+    classpath = ":".join([*(str(j) for j in jars if "kafka-clients" in j.name), str(slf4j)])
+    check = Path(__file__).parents[1] / "fixtures" / "jaas" / "JaasCheck.java"
+    users = ["fleet-lab1", 'we"ird\\user']
+    passwords = ["p", *_hostile_secrets(seed=31, count=40)]
+    pairs = [(u, p) for u in users for p in passwords]
+    texts = [
+        java_client_properties({"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": u, "sasl.password": p})[
+            "sasl.jaas.config"
+        ]
+        for u, p in pairs
+    ]
+    out = subprocess.run(
+        ["java", "-cp", classpath, str(check)],
+        input="".join(base64.b64encode(t.encode()).decode() + "\n" for t in texts),
+        capture_output=True, text=True, timeout=120, check=True,
+    )  # fmt: skip
+    lines = out.stdout.splitlines()
+    assert len(lines) == len(pairs), out.stderr[-2000:]
+    for (user, password), line in zip(pairs, lines, strict=True):
+        status, payload = line.split(" ", 1)
+        assert status == "OK", base64.b64decode(payload).decode()
+        module, got_user, got_password = base64.b64decode(payload).decode().split("\0")
+        assert module == "org.apache.kafka.common.security.scram.ScramLoginModule"
+        assert (got_user, got_password) == (user, password)
+
+
+@pytest.mark.parametrize("key", ["sasl.password", "sasl.username"])
+@pytest.mark.parametrize("value", [f"a\n{SECRET}", f"{SECRET}\r\n", "\n"])
+def test_a_line_break_the_java_client_cannot_take_is_refused_without_the_value(key, value):
+    # Kafka's JAAS parser ends a quoted value at a line break and then names the rest as a key
+    # ("Value not specified for key '<the password's tail>'"): refuse it before Flink sees it
+    options = {"sasl.mechanism": "SCRAM-SHA-512", "sasl.username": "u", "sasl.password": "p", key: value}
+    with pytest.raises(KafkaSecurityError, match=f"{key.replace('.', '[.]')} contains a line break") as info:
+        java_client_properties(options)
+    assert SECRET not in str(info.value)
