@@ -9,8 +9,9 @@ be created through the Kafka API by an authenticated client, so a memory-only br
 and every client is refused (no positive path can run here); `--cert/--key` are parsed but the
 TLS acceptor is never used (connections stay plaintext); CreateAcls is a no-op (no ACLs). So
 this file tests the refusals; tests/deploy/test_kafka_auth.py tests the clients' configuration
-against the manifests' listeners and users, and tests/jobs/test_ack_routes.py the per-fleet ack
-topics through the session broker.
+against the manifests' listeners and users, tests/jobs/test_kafka_tls.py every client through a
+real TLS handshake (a TLS terminator in front of Tansu), and tests/jobs/test_ack_routes.py the
+per-fleet ack topics through the session broker and the real stream job.
 """
 
 from __future__ import annotations
