@@ -7,7 +7,10 @@ which re-featurizes them from `raw` through the backfill's rebuild or keeps them
 | --- | --- |
 | `verify` | `VerifyConfig`, `VerifyReport`, `verify_lake`: the scrub, its state and report |
 | `repair` | `RepairConfig`, `RepairReport`, `repair_lake` |
-| `_scan` | the checks of one file |
+| `_scan` | the checks of one file (page CRCs, decoded pages and row groups, chunk and wire CRCs) |
+| `_lost` | beyond the bytes: gaps in a Delta log, episodes whose rows are there and marker is not |
+| `_attribute` | the markers the lake can vouch for, and which episodes each fault holds |
+| `_relog` | repair's part for a log whose head does not load and marker files nobody can read |
 
 Example:
     >>> report = verify_lake(LakeLayout("/data/lake"), VerifyConfig(sample=0.1))
