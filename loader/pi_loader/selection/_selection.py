@@ -206,7 +206,8 @@ def select_episodes(
                 f"{len(missing)} selected episode(s) are not committed (or were deleted) in the lake at "
                 f"{layout.episodes} (episodes version {versions['episodes']}): "
                 f"{missing[:5]}{' ...' if len(missing) > 5 else ''}; is the catalog stale? "
-                f"`pilake catalog rebuild` re-derives it from the lake{damage}"
+                "`pilake catalog rebuild` re-derives it from the lake; if they should be there, a "
+                f"commit of the episodes log may be lost: `pilake verify` finds it{damage}"
             )
     if not found and unreadable:  # every selected marker is in damaged files: name the first
         first = unreadable[0]
