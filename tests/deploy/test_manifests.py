@@ -26,6 +26,7 @@ from pi_jobs.cli import build_parser
 from pi_jobs.config import CONFIG_ENV, FILE_SUFFIX, KAFKA_CONFIG_ENV
 from pi_jobs.settings import HOME_ENV, SETTINGS_KEYS, Settings, resolve_settings
 from pi_jobs.stream import connector_jars
+from pi_jobs.ui._runner import SQL_CREDENTIALS_ENV
 from pi_loader.reading._storage import _S3_KEYS, _S3_WRITER_KEYS
 
 from tests.deploy._kustomize import render
@@ -71,6 +72,7 @@ def _flink_version() -> str:
 def _allowed_pilake_variable(name: str) -> bool:
     names = {k.env for k in SETTINGS_KEYS} | {HOME_ENV, CONFIG_ENV, KAFKA_CONFIG_ENV}
     names |= {k.env + FILE_SUFFIX for k in SETTINGS_KEYS if k.secret}
+    names |= set(SQL_CREDENTIALS_ENV)  # `pilake ui`'s read-only user for users' SQL (not a setting)
     if name in names:
         return True
     if name.startswith(kafka_security.ENV_PREFIX):  # PILAKE_KAFKA_<librdkafka key>[_FILE]
