@@ -21,6 +21,7 @@ import json
 import time
 from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +33,7 @@ from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig, loader_wor
 from pi_train._errors import CheckpointError, PiTrainError
 from pi_train._files import JsonlLog, atomic_write
 from pi_train._normalize import Normalization, normalization_stats
-from pi_train._stop import StopRequest, deadline_from_env
+from pi_train._stop import StopRequest, deadline_from_env, record_stop, stop_checkpoint
 from pi_train._timing import StepTimer, StepTimes
 
 CHECKPOINT_EXTRA_FORMAT = "pi_train.checkpoint/1"
@@ -249,28 +250,8 @@ def train(
         finally:
             backend.stop()
         if result.stopped is not None:
-            _record_stop(result, group, stop)
+            record_stop(result.stopped, result.out_dir, group.rank, stop)
     return result
-
-
-def _record_stop(result: TrainResult, group: ProcessGroup, stop: StopRequest) -> None:
-    """Append the stop to `stops.rank<r>.jsonl` and say it: the time from this process's
-    request (its signal, else the ranks' decision) to here, when the checkpoint is durable, the
-    loader's workers are gone and the process group is left; the interpreter's exit follows."""
-    assert result.stopped is not None  # the caller checked; narrows the type
-    result.stopped["request_to_exit_s"] = stop.since_request()
-    with JsonlLog(result.out_dir / f"stops.rank{group.rank}.jsonl", keep_through_step=10**12) as log:
-        log.write(result.stopped)
-    if group.rank == 0 or result.stopped["received_signal"]:
-        where = f"checkpoint of step {result.stopped['checkpoint_step']}"
-        if result.stopped["checkpoint_step"] is None:
-            where = "no new step to checkpoint"
-        print(
-            f"pi_train: rank {group.rank} stopped by {result.stopped['reason']} after step "
-            f"{result.step} ({where}); {result.stopped['request_to_exit_s']} s from the request to "
-            "exit; continue with resume=True (--resume)",
-            flush=True,
-        )
 
 
 def _run(
@@ -322,7 +303,8 @@ def _run(
             # signal reached one process only), so the checkpoint below is of one step everywhere.
             reason = stop.agreed(backend.reduce_max)
             if reason is not None:
-                stopped = _stop_checkpoint(backend, config, group, position, step, saved, stop)
+                save = None if position is None else partial(_save, backend, config, group, position, step)
+                stopped = stop_checkpoint(stop, step=step, saved=saved, save=save)
                 break
             fed = next(feed)
             t2 = time.perf_counter()
@@ -400,29 +382,3 @@ def _run(
         out_dir=out,
         stopped=stopped,
     )
-
-
-def _stop_checkpoint(
-    backend: Backend,
-    config: TrainConfig,
-    group: ProcessGroup,
-    position: dict[str, Any] | None,
-    step: int,
-    saved: int | None,
-    stop: StopRequest,
-) -> dict[str, Any]:
-    """Checkpoint the last finished step unless it already is (every rank calls this at the
-    same step); returns the stop's record."""
-    t0 = time.perf_counter()
-    checkpoint: int | None = None
-    if position is not None and saved != step:
-        _save(backend, config, group, position, step)
-        checkpoint = step
-    return {
-        "reason": stop.reason,
-        "received_signal": stop.signal_at is not None,
-        "step": step,
-        "checkpoint_step": checkpoint if checkpoint is not None else saved,
-        "checkpoint_s": round(time.perf_counter() - t0, 3),
-        "request_to_stop_s": stop.since_request(),
-    }

@@ -19,10 +19,13 @@ import signal
 import threading
 import time
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from types import FrameType
 from typing import Any
 
 import numpy as np
+
+from pi_train._files import JsonlLog
 
 DEADLINE_ENV = "PILAKE_TRAIN_DEADLINE"
 # SIGTERM is what Kubernetes, Slurm (scancel, preemption) and docker stop send before SIGKILL.
@@ -173,3 +176,54 @@ class _Installed:
 
     def __exit__(self, *exc: object) -> None:
         self._stop.uninstall()
+
+
+def stop_checkpoint(
+    stop: StopRequest, *, step: int, saved: int | None, save: Callable[[], None] | None
+) -> dict[str, Any]:
+    """Checkpoint the last finished step (`save`; None when this process ran no step) unless
+    `saved`, the newest checkpoint's step, is it already; every rank calls this at the same
+    step. Returns the stop's record (`TrainResult.stopped`).
+
+    Example:
+        >>> stop_checkpoint(stop, step=37, saved=30, save=lambda: backend.save(...))["checkpoint_step"]
+        37
+    """
+    t0 = time.perf_counter()
+    checkpoint = saved
+    if save is not None and saved != step:
+        save()
+        checkpoint = step
+    return {
+        "reason": stop.reason,
+        "received_signal": stop.signal_at is not None,
+        "step": step,
+        "checkpoint_step": checkpoint,
+        "checkpoint_s": round(time.perf_counter() - t0, 3),
+        "request_to_stop_s": stop.since_request(),
+    }
+
+
+def record_stop(record: dict[str, Any], out_dir: Path, rank: int, stop: StopRequest) -> None:
+    """Append the stop to `<out_dir>/stops.rank<r>.jsonl` and say it, with the time from this
+    process's request (its signal, else the ranks' decision) to now: the checkpoint durable, the
+    loader's workers gone, the process group left; the interpreter's exit follows.
+
+    Example:
+        >>> record_stop(result.stopped, result.out_dir, rank=0, stop=stop)
+        pi_train: rank 0 stopped by SIGTERM after step 37 (checkpoint of step 37); 0.13 s ...
+    """
+    record["request_to_exit_s"] = stop.since_request()
+    # keep every earlier line: a run preempted three times keeps three records
+    with JsonlLog(out_dir / f"stops.rank{rank}.jsonl", keep_through_step=2**62) as log:
+        log.write(record)
+    if rank == 0 or record["received_signal"]:
+        where = f"checkpoint of step {record['checkpoint_step']}"
+        if record["checkpoint_step"] is None:
+            where = "no step to checkpoint"
+        print(
+            f"pi_train: rank {rank} stopped by {record['reason']} after step {record['step']} "
+            f"({where}); {record['request_to_exit_s']} s from the request to exit; continue with "
+            "resume=True (--resume)",
+            flush=True,
+        )
