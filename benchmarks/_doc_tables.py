@@ -520,7 +520,46 @@ def gpu_host(b: Path) -> str:
     )
 
 
+_ATTACK_HEADER = ["leg", "sent", "messages", "worker peak RSS", "sink held, peak", "valid freshness", "audit"]
+_ATTACK_HEADER.append("failures")
+
+
+def attack(b: Path) -> str:
+    doc = json.loads((b / "attack.json").read_text())
+    rows = []
+    for name, leg in doc["legs"].items():
+        size, fresh, audit = leg["size"], leg["freshness_s"], leg["audit"]
+        rows.append(
+            [
+                name,
+                f"{size['cases']:,} + {size['flood_keys']:,} flood keys + {size['valid_episodes']} valid",
+                f"{size['messages']:,} ({size['megabytes']:,.0f} MB)",
+                f"{leg['peak_worker_rss_bytes'] / 1e6:,.0f} MB",
+                f"{leg['peak_held_bytes'] / 1e6:.1f} MB",
+                f"{fresh['median']:.3g} ({fresh['min']:.3g}–{fresh['max']:.3g}) s",
+                f"{audit['visible']:,} visible + {audit['quarantined']:,} quarantined "
+                f"of {audit['episodes_in']:,}{'' if audit['ok'] else ' (audit failed)'}",
+                str(leg["failure_count"]),
+            ]
+        )
+    held = doc["legs"]["attack"]["limits_acted"]
+    return (
+        f"`baselines/attack.json` (seed {doc['seed']}, the wire fuzz generator through the real broker into "
+        f"`pilake stream`; a shared {doc['machine']['cpus_usable']}-core machine, load average "
+        f"{doc['machine']['load_average_at_start'][0]:g} at the start; freshness = commit minus send time of "
+        f"the valid episodes, median (min–max) over them):\n\n"
+        + markdown(
+            _ATTACK_HEADER,
+            rows,
+        )
+        + "\n\nLimits that acted under attack: "
+        + ", ".join(f"`{k}` {v:,}" for k, v in sorted(held.items()))
+        + f". Claimed: {doc['bound_claimed']}. Held: {'yes' if doc['bound_held'] else 'no'}."
+    )
+
+
 BLOCKS: dict[str, Callable[[Path], str]] = {
+    "attack": attack,
     "backfill_raw": backfill_raw,
     "baselines": baselines,
     "compaction": compaction,
