@@ -520,8 +520,16 @@ def gpu_host(b: Path) -> str:
     )
 
 
-_ATTACK_HEADER = ["leg", "sent", "messages", "worker peak RSS", "sink held, peak", "valid freshness", "audit"]
-_ATTACK_HEADER.append("failures")
+_ATTACK_HEADER = [
+    "leg",
+    "sent",
+    "messages",
+    "worker peak RSS",
+    "sink held, peak",
+    "valid freshness",
+    "audit",
+    "failures",
+]
 
 
 def attack(b: Path) -> str:
