@@ -54,6 +54,9 @@ def _leg(result: FaultResult, bound_bytes: int) -> dict[str, Any]:
         "peak_worker_rss_bytes": o["peak_worker_rss_bytes"],
         "peak_held_bytes": o["peak_held_bytes"],
         "limits_acted": o["limits_acted"],
+        # quarantines share group commits (format/SPEC.md 9.5): commits per row, not 1
+        "quarantine_rows": o.get("quarantine_rows"),
+        "quarantine_commits": o.get("quarantine_commits"),
         "freshness_s": spread(fresh, what="freshness").to_json() if len(fresh) >= 3 else {"values": fresh},
         "failures": o["failures"][:50],
         "failure_count": len(o["failures"]),

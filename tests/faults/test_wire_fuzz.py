@@ -41,6 +41,8 @@ def test_every_case_ends_as_its_class_says(attack: Any) -> None:
         "size",
         "valid_freshness_s",
         "drain_s",
+        "quarantine_rows",
+        "quarantine_commits",
     )
     print(attack.row(), {k: o[k] for k in shown}, o["by_mutation"])
     assert o["failures"] == [], o["failures"]
@@ -51,6 +53,17 @@ def test_every_case_ends_as_its_class_says(attack: Any) -> None:
     acted = o["limits_acted"]
     for limit in ("max_chunks_per_episode", "max_episode_bytes", "max_held_episodes", "max_held_bytes"):
         assert acted.get(limit, 0) >= 1, (limit, acted)
+
+
+def test_quarantines_are_group_committed(attack: Any) -> None:
+    """A flood of refused messages shares group commits (format/SPEC.md 9.5): one quarantine
+    commit each made 2N commits and starved the valid episodes (decision 13)."""
+    o = attack.observed
+    assert o["quarantine_rows"] >= 50, o["quarantine_rows"]
+    assert 1 <= o["quarantine_commits"] * 2 <= o["quarantine_rows"], (
+        o["quarantine_commits"],
+        o["quarantine_rows"],
+    )
 
 
 def test_the_job_kept_running_and_processed_every_partition(attack: Any) -> None:

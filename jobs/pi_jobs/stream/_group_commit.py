@@ -1,6 +1,13 @@
 """The group commit of the stream sink: commit the waiting group, record it in the catalog,
 ack it, and answer duplicates (a mixin of pi_jobs.stream._sink.EpisodeSinkFunction, whose
 attributes it uses: the writer, the acks, the events, the progress counts).
+
+Quarantines join the same group (format/SPEC.md 9.5): a refused message or episode waits in
+`refused` with its raw rows and its quarantine row, and the group commit writes the raw rows of
+all (one `raw` commit), the valid episodes' steps, video and markers, then the quarantine rows
+of all (one `quarantine` commit). A flood of N bad messages costs a few commits per group, not
+2N. Only then are their acks sent, their events written and their keys' held positions released
+(through `dropped`, cleared by each key's timer).
 """
 
 from __future__ import annotations
@@ -11,7 +18,7 @@ from dataclasses import dataclass
 from typing import Any
 
 import pyarrow as pa
-from pi_format import Ack, AckStatus
+from pi_format import Ack, AckStatus, QuarantineReason
 
 from pi_jobs.stream import _metrics as metrics
 from pi_jobs.stream._retry import with_retries
@@ -30,6 +37,22 @@ class Waiting:
     size_bytes: int = 0  # bytes of its messages, counted against the limits (pi_jobs.stream.limits)
 
 
+@dataclass(slots=True)
+class Refused:
+    """One quarantine (a message or an episode attempt) waiting for the next group commit."""
+
+    key: str  # the Flink key its held positions are under (NO_KEY for a message without a key)
+    episode_id: str | None
+    attempt_id: str
+    reason: QuarantineReason
+    details: str
+    raw: pa.Table  # its raw rows, written in the group's raw commit
+    row: pa.Table  # its quarantine row, written in the group's quarantine commit
+    offsets: str  # its Kafka offsets, for the event
+    ack: bool  # a `quarantined` ack once committed (complete episodes only)
+    size_bytes: int = 0  # Arrow bytes it holds, counted against max_held_bytes
+
+
 class GroupCommits:
     """Commits `self.waiting` as one group (see the module doc)."""
 
@@ -40,9 +63,11 @@ class GroupCommits:
     catalog: Any
     progress: dict[str, Any]
     waiting: list[Waiting]
+    refused: list[Refused]
     waiting_since_ms: int
     flushing: int
     settled: set[str]
+    dropped: set[str]
 
     # provided by EpisodeSinkFunction (declared here for the type checker)
     def _open_writer(self) -> None:
@@ -59,21 +84,57 @@ class GroupCommits:
 
     def _maybe_flush(self, now_ms: int) -> bool:
         """Commit the waiting group when it is full or its oldest episode waited long enough."""
-        if not self.waiting:
+        if not self.waiting and not self.refused:
             return False
-        full = len(self.waiting) >= self.settings.group_commit_max_episodes
+        full = len(self.waiting) + len(self.refused) >= self.settings.group_commit_max_episodes
         if not full and now_ms - self.waiting_since_ms < self.settings.group_commit_delay_ms:
             return False
-        self.flushing = len(self.waiting)
+        self.flushing = len(self.waiting) + len(self.refused)
         self._fault_injection("group_due")  # tests: a worker lost while it holds a whole group
         self._flush()
         return True
 
+    def _in_group(self, key: str) -> bool:
+        """Whether the waiting group holds an episode or a quarantine under `key`."""
+        return any(w.rows.episode_id == key for w in self.waiting) or any(r.key == key for r in self.refused)
+
     def _flush(self) -> None:
         group, self.waiting = self.waiting, []
-        self.flushing = len(group)
+        refused, self.refused = self.refused, []
+        self.flushing = len(group) + len(refused)
+        raw = pa.concat_tables([w.raw for w in group] + [r.raw for r in refused])
+        if group:
+            self._commit_group(group, raw)
+        elif raw.num_rows:
+            self.writer.write_raw(raw)
+        if refused:
+            self._commit_refused(refused)
+
+    def _commit_refused(self, refused: list[Refused]) -> None:
+        """Their quarantine rows in one commit (their raw rows are in already), then what follows
+        a quarantine: counts, events, acks, and the release of their keys' held positions."""
+        self.writer.write_quarantine(pa.concat_tables([r.row for r in refused]))
+        now = time.time_ns()
+        for r in refused:
+            self.progress["quarantined"] += 1
+            metrics.QUARANTINED.labels(r.reason.value).inc()
+            self._event(
+                "quarantined",
+                r.episode_id,
+                r.attempt_id,
+                level=logging.WARNING,
+                reason=r.reason.value,
+                details=r.details[:500],
+                offsets=r.offsets,
+            )
+            log.warning("quarantined %s: [%s] %s", r.episode_id or "<no id>", r.reason.value, r.details)
+            if r.ack and r.episode_id is not None:
+                self.acks.send(Ack(r.episode_id, AckStatus.QUARANTINED, r.attempt_id, now, r.reason.value))
+            # their held positions are cleared by their keys' timers (state is per key)
+            self.dropped.add(r.key)
+
+    def _commit_group(self, group: list[Waiting], raw: pa.Table) -> None:
         started = time.monotonic()
-        raw = pa.concat_tables([w.raw for w in group])
         # an object store that is down for a while (a restart) is waited for, not failed on
         result = with_retries(
             "lake commit",

@@ -7,7 +7,11 @@ that completes meanwhile moves the source's offsets past those messages, so afte
 or worker loss Flink restores past them and does not replay them. Their positions are small, so
 they go into Flink keyed state instead: one `(partition, offset)` per message, added as it
 arrives (PyFlink writes state back at the end of each bundle, before a checkpoint barrier
-passes), cleared when the episode leaves memory for good (committed, quarantined, a duplicate).
+passes), cleared when the episode leaves memory for good (committed, quarantined, a duplicate)
+and only once that commit has landed: a quarantine waits for its group commit like an episode.
+A message refused on its own (undecodable, a conflicting chunk) is held as a *lone* position,
+`lone_position` (a negative partition), so that a key committed before a restore still reads
+its lone messages again and quarantines them.
 After a restore a key whose state holds positions while its episode is not in memory is
 recovered: `refetch` reads those messages from Kafka again and the sink assembles them anew.
 What Kafka no longer has (retention ran out) is reported as missing; the episode then times out
@@ -38,6 +42,28 @@ def held_positions_descriptor() -> Any:
     from pyflink.datastream.state import ListStateDescriptor
 
     return ListStateDescriptor(STATE_NAME, Types.TUPLE([Types.INT(), Types.LONG()]))
+
+
+def lone_position(partition: int, offset: int) -> tuple[int, int]:
+    """The held form of a message refused on its own: the partition as `-1 - partition`.
+
+    Example:
+        >>> lone_position(0, 12), split_held([(0, 11), (-1, 12)])
+        ((-1, 12), ([(0, 11), (0, 12)], {(0, 12)}))
+    """
+    return (-1 - int(partition), int(offset))
+
+
+def split_held(held: Iterable[Any]) -> tuple[list[tuple[int, int]], set[tuple[int, int]]]:
+    """Held state as real positions (each once, in order) and the set of those held as lone."""
+    positions: set[tuple[int, int]] = set()
+    lone: set[tuple[int, int]] = set()
+    for p, o in held:
+        position = (int(p), int(o)) if int(p) >= 0 else (-1 - int(p), int(o))
+        positions.add(position)
+        if int(p) < 0:
+            lone.add(position)
+    return sorted(positions), lone
 
 
 @dataclass(frozen=True, slots=True)

@@ -1,7 +1,8 @@
 """The stream sink's limits in action (a mixin of pi_jobs.stream._sink.EpisodeSinkFunction, whose
 attributes it uses): what it holds is counted, and a subtask over a limit of
 pi_jobs.stream.limits commits its waiting group early or quarantines the assembling episodes that
-have waited longest for a chunk, as `limit_exceeded` (format/SPEC.md 9.5).
+have waited longest for a chunk, as `limit_exceeded` (format/SPEC.md 9.5). What waits in the
+group, quarantines included, counts against max_held_bytes.
 """
 
 from __future__ import annotations
@@ -11,7 +12,6 @@ from typing import Any
 from pi_format import ProtocolError, QuarantineReason
 
 from pi_jobs.stream import _metrics as metrics
-from pi_jobs.stream._records import raw_rows
 from pi_jobs.stream.limits import oldest_idle
 
 
@@ -21,6 +21,7 @@ class HeldLimits:
     limits: Any  # StreamLimits
     pending: dict[str, Any]  # episode_id -> pi_jobs.stream._sink._Pending
     waiting: list[Any]  # pi_jobs.stream._group_commit.Waiting
+    refused: list[Any]  # pi_jobs.stream._group_commit.Refused
     dropped: set[str]
     progress: dict[str, Any]
     writer: Any
@@ -37,6 +38,9 @@ class HeldLimits:
         messages: list[Any],
         attempt_id: str,
         ack: bool,
+        key: str,
+        ctx: Any = None,
+        now_ms: int | None = None,
     ) -> None:
         raise NotImplementedError
 
@@ -46,7 +50,11 @@ class HeldLimits:
         acted[limit] = int(acted.get(limit, 0)) + 1
 
     def _held_bytes(self) -> int:
-        return sum(p.size_bytes for p in self.pending.values()) + sum(w.size_bytes for w in self.waiting)
+        return (
+            sum(p.size_bytes for p in self.pending.values())
+            + sum(w.size_bytes for w in self.waiting)
+            + sum(r.size_bytes for r in self.refused)
+        )
 
     def _make_room(self, key: str, size: int, *, new_episode: bool, now_ms: int) -> None:
         """Keep the subtask within its limits before `size` more bytes of `key` are held: commit
@@ -57,7 +65,7 @@ class HeldLimits:
             if per_key > lim.max_episodes_per_key:
                 self._limit_acted("max_episodes_per_key")
                 self._flush()
-        if self.waiting and self._held_bytes() + size > lim.max_held_bytes:
+        if (self.waiting or self.refused) and self._held_bytes() + size > lim.max_held_bytes:
             self._limit_acted("max_held_bytes")
             self._flush()
         if new_episode and len(self.pending) >= lim.max_held_episodes:
@@ -71,6 +79,9 @@ class HeldLimits:
                     f"waited longest for a chunk ({now_ms - self.pending[victim].last_chunk_ms} ms)",
                 )
         while self._held_bytes() + size > lim.max_held_bytes:
+            if self.waiting or self.refused:  # an evicted episode waits in the group: commit it
+                self._flush()
+                continue
             candidates = [(k, p.last_chunk_ms) for k, p in self.pending.items() if k != key]
             if not candidates:  # only the key's own episode: within max_episode_bytes
                 break
@@ -84,23 +95,28 @@ class HeldLimits:
             )
 
     def _evict(self, key: str, limit: str, detail: str) -> None:
-        """Quarantine the pending episode of another key (its timer later finds it gone)."""
+        """Quarantine the pending episode of another key (its timer later finds it gone and, once
+        the quarantine is committed, clears its held positions)."""
         pending = self.pending.pop(key)
-        self.dropped.add(key)
         self._refuse(pending, limit, detail)
 
-    def _refuse(self, pending: Any, limit: str, detail: str) -> None:
-        """Quarantine a pending episode as limit_exceeded; its messages go to raw first. No ack:
-        the uploader re-sends it, and a re-send within the limits commits it."""
+    def _refuse(
+        self, pending: Any, limit: str, detail: str, *, ctx: Any = None, now_ms: int | None = None
+    ) -> None:
+        """Quarantine a pending episode as limit_exceeded, with its messages' raw rows, in the
+        next group commit (`ctx`: it is the current key's). No ack: the uploader re-sends it,
+        and a re-send within the limits commits it."""
         self._limit_acted(limit)
         messages = sorted(pending.messages, key=lambda m: (m.partition, m.offset))
         if not messages:
             return
-        self.writer.write_raw(raw_rows(messages, pending.attempt_id, [m.chunk_index for m in messages]))
         self._quarantine(
             episode_id=pending.assembler.episode_id,
             err=ProtocolError(QuarantineReason.LIMIT_EXCEEDED, detail),
             messages=messages,
             attempt_id=pending.attempt_id,
             ack=False,
+            key=pending.assembler.episode_id,
+            ctx=ctx,
+            now_ms=now_ms,
         )

@@ -1,10 +1,11 @@
 """The Python side of the stream job: the keyed lake sink that runs inside the Flink worker.
 
 Kafka source -> key by episode -> **EpisodeSinkFunction**: chunk assembly, validation,
-featurize, then a group commit (raw rows, steps, video, episodes markers: one Delta commit per
-table for up to `group_commit_max_episodes` episodes or `group_commit_delay_ms`, whichever comes
-first), catalog update, end-to-end acks, progress file. Each parallel subtask is its own lake
-writer (`writer_id` = group id + subtask index) and writes its own progress file.
+featurize, then a group commit (raw rows, steps, video, episodes markers, quarantine rows: one
+Delta commit per table for up to `group_commit_max_episodes` episodes or quarantines or
+`group_commit_delay_ms`, whichever comes first), catalog update, end-to-end acks, progress file.
+Each parallel subtask is its own lake writer (`writer_id` = group id + subtask index) and
+writes its own progress file.
 
 PyFlink has no Python sink API, so the sink is a KeyedProcessFunction that emits nothing.
 This module is imported by the Python worker process; everything it needs travels in the
@@ -28,8 +29,6 @@ from pathlib import Path
 from typing import Any
 
 from pi_format import (
-    Ack,
-    AckStatus,
     LakeLayout,
     ProtocolError,
     QuarantineReason,
@@ -39,8 +38,8 @@ from pyflink.datastream import KeyedProcessFunction, RuntimeContext
 from pi_jobs.stream import _metrics as metrics
 from pi_jobs.stream._acks import AckPublisher
 from pi_jobs.stream._events import SinkEvents, offset_ranges
-from pi_jobs.stream._group_commit import GroupCommits, Waiting
-from pi_jobs.stream._held import held_positions_descriptor, refetch
+from pi_jobs.stream._group_commit import GroupCommits, Refused, Waiting
+from pi_jobs.stream._held import held_positions_descriptor, lone_position, refetch, split_held
 from pi_jobs.stream._held_limits import HeldLimits
 from pi_jobs.stream._progress import load_progress, subtask_progress_file, write_progress
 from pi_jobs.stream._records import (
@@ -134,6 +133,7 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
             + RECOVERY_SLACK_MS
         )
         self.waiting: list[Waiting] = []
+        self.refused: list[Refused] = []  # quarantines waiting for the group commit
         self.waiting_since_ms = 0
         self.flushing = 0  # episodes in the group commit under way (for fault reports)
         self.registry = self.settings.registry or load_registry(None)
@@ -190,9 +190,12 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         self.progress["held_bytes"] = held
         self.progress["peak_held_bytes"] = max(int(self.progress.get("peak_held_bytes", 0)), held)
         metrics.HELD_BYTES.set(held)
-        metrics.HELD_EPISODES.set(len(self.pending) + len(self.waiting))
+        metrics.HELD_EPISODES.set(len(self.pending) + len(self.waiting) + len(self.refused))
         write_progress(
-            self._progress_file, self.progress, incomplete=len(self.pending), buffered=len(self.waiting)
+            self._progress_file,
+            self.progress,
+            incomplete=len(self.pending),
+            buffered=len(self.waiting) + len(self.refused),  # quarantines wait for the group too
         )
 
     # -- outputs ---------------------------------------------------------------------------
@@ -207,35 +210,48 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         attempt_id: str,
         ack: bool,
         size_bytes: int | None = None,
+        key: str,
+        ctx: Any = None,
+        now_ms: int | None = None,
     ) -> None:
+        """Quarantine into the waiting group (pi_jobs.stream._group_commit): its raw rows and its
+        quarantine row are committed with the group, its ack and event follow the commit. With
+        `ctx` (the current key is `key`) a timer under `key` bounds its wait and clears its held
+        positions after the commit; without it (another key) that key's own timer does."""
         why = err.reason if err is not None else reason
         if why is None:
             raise TypeError("_quarantine needs err or reason")
         text = err.detail if err is not None else details
-        self.writer.write_quarantine(
-            quarantine_row(
-                episode_id=episode_id,
-                reason=why,
-                details=text,
-                messages=messages,
-                attempt_id=attempt_id,
-                size_bytes=size_bytes,
+        raw = raw_rows(messages, attempt_id, [m.chunk_index for m in messages])
+        row = quarantine_row(
+            episode_id=episode_id,
+            reason=why,
+            details=text,
+            messages=messages,
+            attempt_id=attempt_id,
+            size_bytes=size_bytes,
+        )
+        now = int(time.time() * 1000) if now_ms is None else now_ms
+        if not self.waiting and not self.refused:
+            self.waiting_since_ms = now
+        self.refused.append(
+            Refused(
+                key,
+                episode_id,
+                attempt_id,
+                why,
+                text,
+                raw,
+                row,
+                offset_ranges(messages),
+                ack,
+                raw.nbytes + row.nbytes,
             )
         )
-        self.progress["quarantined"] += 1
-        metrics.QUARANTINED.labels(why.value).inc()
-        self._event(
-            "quarantined",
-            episode_id,
-            attempt_id,
-            level=logging.WARNING,
-            reason=why.value,
-            details=text[:500],
-            offsets=offset_ranges(messages),
-        )
-        log.warning("quarantined %s: [%s] %s", episode_id or "<no id>", why.value, text)
-        if ack and episode_id is not None:
-            self.acks.send(Ack(episode_id, AckStatus.QUARANTINED, attempt_id, time.time_ns(), why.value))
+        if ctx is not None:
+            ctx.timer_service().register_processing_time_timer(now + self.settings.group_commit_delay_ms)
+        if self._held_bytes() > self.limits.max_held_bytes:  # e.g. a run of refused large episodes
+            self._flush()
 
     # -- per message -----------------------------------------------------------------------
     def process_element(self, value: Any, ctx: KeyedProcessFunction.Context) -> Iterator[Any]:
@@ -305,7 +321,8 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
                     f"{OVERSIZE_KEEP_BYTES} bytes"
                 )
                 msg.value = payload[:OVERSIZE_KEEP_BYTES]
-            self.writer.write_raw(raw_rows([msg], attempt_id, [None]))
+            if not recovered:  # held until its quarantine is committed (see _held)
+                self.held.add(lone_position(msg.partition, msg.offset))
             self._quarantine(
                 episode_id=eid,
                 err=None,
@@ -315,6 +332,9 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
                 attempt_id=attempt_id,
                 ack=False,
                 size_bytes=len(payload),
+                key=ctx.get_current_key(),
+                ctx=ctx,
+                now_ms=now_ms,
             )
             return
 
@@ -326,14 +346,17 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
             ctx.timer_service().delete_processing_time_timer(pending.timer_ms)
             msg.chunk_index = chunk.chunk_index
             pending.messages.append(msg)
+            if not recovered:  # held with its episode's until their quarantine is committed
+                self.held.add((msg.partition, msg.offset))
             self._refuse(
                 pending,
                 "max_episode_bytes",
                 f"episode {msg.key} holds {pending.size_bytes + size} bytes in "
                 f"{len(pending.messages)} messages, more than max_episode_bytes "
                 f"{self.limits.max_episode_bytes} (pilake stream --max-episode-mb)",
+                ctx=ctx,
+                now_ms=now_ms,
             )
-            self.held.clear()
             return
         self._make_room(msg.key, size, new_episode=pending is None, now_ms=now_ms)
         if (
@@ -365,8 +388,19 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
             attempt_id = pending.attempt_id
             if not pending.assembler.chunks:  # nothing valid collected under this key yet
                 del self.pending[msg.key]
-            self.writer.write_raw(raw_rows([msg], attempt_id, [chunk.chunk_index]))
-            self._quarantine(episode_id=msg.key, err=err, messages=[msg], attempt_id=attempt_id, ack=False)
+            msg.chunk_index = chunk.chunk_index
+            if not recovered:  # held until its quarantine is committed (see _held)
+                self.held.add(lone_position(msg.partition, msg.offset))
+            self._quarantine(
+                episode_id=msg.key,
+                err=err,
+                messages=[msg],
+                attempt_id=attempt_id,
+                ack=False,
+                key=msg.key,
+                ctx=ctx,
+                now_ms=now_ms,
+            )
             return
         # Identical re-sent chunks are kept in raw too: every message gets a raw row.
         msg.chunk_index = chunk.chunk_index
@@ -384,8 +418,8 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
     def _recover(self, key: str, ctx: Any, now_ms: int) -> bool:
         """Assemble again what this key held when the worker was lost (see _held), into its
         pending episode if one has started since; False when nothing is missing from memory.
-        Positions of an episode committed since are cleared."""
-        if any(w.rows.episode_id == key for w in self.waiting):
+        Positions of an episode committed (or quarantined) since are cleared."""
+        if self._in_group(key):  # its positions stay held until the group commit lands
             return False
         pending = self.pending.get(key)
         if key in self.settled and pending is None:  # committed here: obsolete (no state read)
@@ -400,7 +434,7 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
                     self.held.add(position)
             return False
         have = pending.positions if pending is not None else set()
-        positions = [(int(p), int(o)) for p, o in (self.held.get() or ())]
+        positions, lone = split_held(self.held.get() or ())
         positions = [p for p in positions if p not in have]
         if not positions:
             return False
@@ -411,7 +445,16 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
                     self.held.add(position)
             # its ack (and catalog record) may not have happened before the worker was lost
             self._duplicate(key)
+            if lone:  # messages refused on their own, maybe not quarantined yet: again
+                self._reaccept(key, [p for p in positions if p in lone], ctx, now_ms, recovered=False)
             return False
+        self._reaccept(key, positions, ctx, now_ms, recovered=True)
+        return True
+
+    def _reaccept(
+        self, key: str, positions: list[tuple[int, int]], ctx: Any, now_ms: int, *, recovered: bool
+    ) -> None:
+        """Read the messages at `positions` of `key` from Kafka again and accept them anew."""
         found = refetch(
             bootstrap_servers=self.settings.bootstrap_servers,
             client_options=self.settings.client_options,
@@ -435,8 +478,9 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
             len(positions),
         )
         for message in found.messages:
-            self._accept(message, ctx, now_ms, key_bytes=None, recovered=True)
-        return True
+            if key == NO_KEY:
+                message.key = None
+            self._accept(message, ctx, now_ms, key_bytes=None, recovered=recovered)
 
     def on_timer(self, timestamp: int, ctx: KeyedProcessFunction.OnTimerContext) -> Iterator[Any]:
         """The incomplete timeout of one episode: quarantine it unless chunks came meanwhile.
@@ -451,7 +495,7 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         key = ctx.get_current_key()
         pending = self.pending.get(key)
         if pending is None:
-            if any(w.rows.episode_id == key for w in self.waiting):  # its group is not due yet
+            if self._in_group(key):  # its group is not due yet
                 due_ms = self.waiting_since_ms + self.settings.group_commit_delay_ms
                 ctx.timer_service().register_processing_time_timer(max(due_ms, int(timestamp) + 1))
             elif self._recover(key, ctx, int(timestamp)):  # held when the worker was lost
@@ -469,15 +513,14 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
             ctx.timer_service().register_processing_time_timer(deadline_ms)
             return iter(())
         del self.pending[key]
-        self._time_out(pending)
-        self.held.clear()
+        self._time_out(pending, ctx, int(timestamp))  # its held positions go after the commit
+        self._maybe_flush(int(timestamp))
         self._write_progress()
         return iter(())
 
-    def _time_out(self, pending: _Pending) -> None:
+    def _time_out(self, pending: _Pending, ctx: Any, now_ms: int) -> None:
         asm = pending.assembler
         messages = sorted(pending.messages, key=lambda m: (m.partition, m.offset))
-        self.writer.write_raw(raw_rows(messages, pending.attempt_id, [m.chunk_index for m in messages]))
         have = len(asm.chunks)
         # the first missing indexes, never a list sized from the declared count (decision 13)
         missing: list[int] = []
@@ -501,6 +544,9 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
             messages=messages,
             attempt_id=pending.attempt_id,
             ack=False,
+            key=asm.episode_id,
+            ctx=ctx,
+            now_ms=now_ms,
         )
 
     def _complete(self, pending: _Pending, *, manifest_at_ns: int, ctx: Any, now_ms: int) -> None:
@@ -513,7 +559,8 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         if self.writer.committed_attempt(eid) is not None:
             self.writer.write_raw(raw)
             self._duplicate(eid)
-            self.held.clear()
+            if not self._in_group(eid):  # else a quarantine of the key waits: cleared after it
+                self.held.clear()
             return
         raw_size = int(asm.size_bytes)  # distinct chunks only
         published = [m.published_at_ns for m in messages if m.published_at_ns is not None]
@@ -540,18 +587,22 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
                 config=self.settings.featurize,
             )
         except ProtocolError as err:
-            self.writer.write_raw(raw)
             self._quarantine(
-                episode_id=eid, err=err, messages=messages, attempt_id=pending.attempt_id, ack=True
+                episode_id=eid,
+                err=err,
+                messages=messages,
+                attempt_id=pending.attempt_id,
+                ack=True,
+                key=eid,
+                ctx=ctx,
+                now_ms=now_ms,
             )
-            self.held.clear()
             return
         except Exception as err:
             # Data-dependent (assembly, checks and featurize do no I/O): this episode is
             # quarantined with the exception, the job carries on. Lake or catalog failures
             # happen in the writes around this block and still fail the task (then retry).
             log.exception("sink error on %s: quarantined", eid)
-            self.writer.write_raw(raw)
             self._quarantine(
                 episode_id=eid,
                 err=None,
@@ -560,11 +611,13 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
                 messages=messages,
                 attempt_id=pending.attempt_id,
                 ack=True,
+                key=eid,
+                ctx=ctx,
+                now_ms=now_ms,
             )
-            self.held.clear()
             return
         self._event("validated", eid, pending.attempt_id, steps=int(episode.step_count))
-        if not self.waiting:
+        if not self.waiting and not self.refused:
             self.waiting_since_ms = now_ms
         # The delay bound: a timer that flushes the group. Under each episode's own key, so that
         # it also clears the episode's held positions once committed, or recovers the episode

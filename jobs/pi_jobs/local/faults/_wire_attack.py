@@ -174,7 +174,11 @@ def judge(plan: FuzzPlan, lake_root: str) -> dict[str, Any]:
         visible.setdefault(row["episode_id"], []).append((row["attempt_id"], int(row["committed_at_ns"])))
     reasons: dict[str, set[str]] = {}
     rows_without_id = 0
-    for row in DeltaTable(layout.quarantine).to_pyarrow_table(columns=["episode_id", "reason"]).to_pylist():
+    quarantine = DeltaTable(layout.quarantine)
+    q_rows = quarantine.to_pyarrow_table(columns=["episode_id", "reason"])
+    # quarantines are group-committed (format/SPEC.md 9.5): commits, not one per row
+    q_commits = sum(1 for h in quarantine.history() if h.get("operation") != "CREATE TABLE")
+    for row in q_rows.to_pylist():
         if row["episode_id"] is None:
             rows_without_id += 1
         reasons.setdefault(row["episode_id"] or "<no id>", set()).add(row["reason"])
@@ -232,6 +236,8 @@ def judge(plan: FuzzPlan, lake_root: str) -> dict[str, Any]:
         "by_mutation": outcome,
         "committed_at_ns": {eid: visible[eid][0][1] for eid in wanted},
         "quarantine_reasons": sorted({r for v in reasons.values() for r in v}),
+        "quarantine_rows": q_rows.num_rows,
+        "quarantine_commits": q_commits,
     }
 
 
@@ -331,6 +337,8 @@ def wire_attack(
             "failures": verdict["failures"],
             "by_mutation": verdict["by_mutation"],
             "quarantine_reasons": verdict["quarantine_reasons"],
+            "quarantine_rows": verdict["quarantine_rows"],
+            "quarantine_commits": verdict["quarantine_commits"],
             "partitions": {str(p): e for p, e in sorted(ends.items())},
             "progress_offsets": dict(progress.get("offsets", {})),
             "partitions_caught_up": _caught_up(progress, ends),
