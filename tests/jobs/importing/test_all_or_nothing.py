@@ -131,13 +131,31 @@ def test_a_killed_import_leaves_only_a_staging_dir_that_the_next_removes(tmp_pat
     again = stage_import(read_lerobot(DATASET), root, in_lake=set())
     assert again.spool_dir == staged.spool_dir and len(list(again.spool_dir.glob("*.piep"))) == 3
     # the same dataset with another resize policy would send other bytes: refused, not mixed
-    with pytest.raises(DatasetImportError, match=r"still pending .* other bytes"):
+    with pytest.raises(DatasetImportError, match=r"still pending .* other content"):
         stage_import(
             read_lerobot(DATASET, options=ImportOptions(resize="stretch", target_width=320)),
             root,
             in_lake=set(),
         )
     assert len(list(root.rglob("*.piep"))) == 3 and not list(root.glob(".staging-*"))
+
+
+def test_a_rerun_whose_encoder_gives_other_bytes_resumes(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Decoding and re-encoding the same source video gave other H.264 bytes about once in 25
+    runs: a rerun with the same options must resume its spool, not be refused as "other content"."""
+    import pi_format.video
+
+    root = tmp_path / "home" / "spool-import"
+    first = stage_import(read_lerobot(DATASET), root, in_lake=set())
+    pending = {p.name: p.read_bytes() for p in first.spool_dir.glob("*.piep")}
+    encode = pi_format.video.encode_mp4
+    monkeypatch.setattr(pi_format.video, "encode_mp4", lambda *a, **k: encode(*a, **{**k, "crf": 30}))
+    again = stage_import(read_lerobot(DATASET), root, in_lake=set())
+    assert again.spool_dir == first.spool_dir and sorted(again.staged) == sorted(first.staged)
+    # the earlier run's bundles stay as they were: nothing is sent twice or mixed
+    assert {p.name: p.read_bytes() for p in again.spool_dir.glob("*.piep")} == pending
 
 
 # -- info.json is checked against the data ----------------------------------------------------
