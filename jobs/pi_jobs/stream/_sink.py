@@ -422,9 +422,15 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         if self._in_group(key):  # its positions stay held until the group commit lands
             return False
         pending = self.pending.get(key)
-        if key in self.settled and pending is None:  # committed here: obsolete (no state read)
+        if key in self.settled:  # committed here: its held positions are obsolete
             self.settled.discard(key)
             self.held.clear()
+            # A re-send under way since (its first chunk came before this key's timer cleared
+            # the committed episode's positions): its own positions stay held. Not a duplicate
+            # yet: it is one when it completes (_complete), counted and acked once there.
+            if pending is not None:
+                for position in sorted(pending.positions):
+                    self.held.add(position)
             return False
         if key in self.dropped:  # quarantined over a limit: its held positions are obsolete
             self.dropped.discard(key)
