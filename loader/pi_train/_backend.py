@@ -18,7 +18,7 @@ step compete as they do on a real policy).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -80,6 +80,10 @@ class Backend(Protocol):
 
     def step(self, inputs: Any) -> float:
         """One optimizer step; the global mean loss."""
+
+    def predict(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        """Normalized action predictions [B, H, A] (float32) for a host batch, no gradient, on
+        this process alone (no collective: evaluation runs on one rank)."""
 
     def save(self, directory: Path, step: int, extra: dict[str, Any]) -> None:
         """Checkpoint the model, the optimizer and `extra` (JSON) at `step`, atomically."""

@@ -15,7 +15,7 @@ previous step as the latest one.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any, cast
 
@@ -169,6 +169,12 @@ class JaxBackend:
 
         self._step = jax.jit(train_step, out_shardings=(self._replicated, self._replicated))
 
+        def predict(params: Any, images: list[jax.Array], state: jax.Array) -> jax.Array:
+            s = (state - stats["state_mean"]) / stats["state_std"]
+            return cast(jax.Array, policy.apply(params, images, s))
+
+        self._predict = jax.jit(predict)  # on this process's arrays: no collective
+
     def device_feed(
         self, batches: Iterator[dict[str, np.ndarray]], state: Callable[[], dict[str, Any]]
     ) -> DeviceFeed:
@@ -181,6 +187,11 @@ class JaxBackend:
         self._state, loss = self._step(self._state, inputs)
         jax.block_until_ready((self._state, loss))  # async dispatch would hide the compute
         return float(np.asarray(loss.addressable_data(0)))
+
+    def predict(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        params = self._host_state()[0]
+        images = [np.asarray(batch[k]) for k in self._image_keys]
+        return np.asarray(self._predict(params, images, np.asarray(batch["observation.state"], np.float32)))
 
     def _host_state(self) -> Any:
         # Replicated: every process's first local shard is the whole array.

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import re
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -201,6 +201,15 @@ class TorchBackend:
             # waiting for it here would count the hidden copy as compute.
             torch.cuda.current_stream(self._device).synchronize()
         return float(value.item())
+
+    def predict(self, batch: Mapping[str, np.ndarray]) -> np.ndarray:
+        policy, _, _ = self._parts()
+        with torch.no_grad():  # the policy itself, not DDP's wrapper: no collective
+            images = [
+                torch.from_numpy(np.ascontiguousarray(batch[k])).to(self._device) for k in self._image_keys
+            ]
+            state = torch.from_numpy(np.asarray(batch["observation.state"], np.float32)).to(self._device)
+            return np.asarray(policy(images, state).cpu().numpy())
 
     def param_digest(self) -> str:
         policy, _, _ = self._parts()
