@@ -68,6 +68,8 @@ class TrainConfig:
         threads: torch's intra-op CPU threads; None: the host's cores per process, less the
             loader's workers, at least 1 (see `compute_threads`).
         plot: draw `timing.png` at the end.
+        metrics_port: serve live step-time metrics to Prometheus on this port plus the local
+            rank while the run goes; 0: off (see `pi_train._live_metrics`).
 
     Raises:
         ValueError: an option out of range (the message names it).
@@ -113,6 +115,8 @@ class TrainConfig:
     device: str = "auto"
     threads: int | None = None
     plot: bool = True
+    # 0 (off), as the loader's endpoint: two runs on one host would otherwise fight over a port.
+    metrics_port: int = 0
 
     def __post_init__(self) -> None:
         if not isinstance(self.lake, str) or not self.lake:
@@ -129,6 +133,9 @@ class TrainConfig:
             _positive_int("workers", self.workers, 0)
         _positive_int("checkpoint_every", self.checkpoint_every, 0)
         _positive_int("seed", self.seed, 0)
+        _positive_int("metrics_port", self.metrics_port, 0)
+        if self.metrics_port > 65535:
+            raise ValueError(f"metrics_port must be 0 (off) or a TCP port <= 65535, got {self.metrics_port}")
         if self.threads is not None:
             _positive_int("threads", self.threads)
         if self.stop_after_s is not None and (

@@ -32,6 +32,7 @@ from pi_train._backend import Backend, PolicyShape, make_backend
 from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig, loader_workers
 from pi_train._errors import CheckpointError, PiTrainError
 from pi_train._files import JsonlLog, atomic_write
+from pi_train._live_metrics import LiveMetrics, MetricsOff, live_metrics
 from pi_train._normalize import Normalization, normalization_stats
 from pi_train._stop import StopRequest, deadline_from_env, record_stop, stop_checkpoint
 from pi_train._timing import StepTimer, StepTimes
@@ -241,12 +242,13 @@ def train(
     """
     group = group if group is not None else ProcessGroup.from_env()
     stop = StopRequest(stop_after_s=config.stop_after_s, deadline=deadline_from_env())
-    with stop.installed():  # from before the rendezvous: a SIGTERM while starting stops too
+    # from before the rendezvous: a SIGTERM while starting stops too; a taken metrics port fails first
+    with stop.installed(), live_metrics(config, group) as live:
         backend = make_backend(config, group)
         backend.start()
         stop.install()  # again: joining a JAX process group replaces the SIGTERM handler
         try:
-            result = _run(config, group, backend, on_step, stop)
+            result = _run(config, group, backend, on_step, stop, live)
         finally:
             backend.stop()
         if result.stopped is not None:
@@ -260,6 +262,7 @@ def _run(
     backend: Backend,
     on_step: Callable[[int, float], None] | None,
     stop: StopRequest,
+    live: LiveMetrics | MetricsOff,
 ) -> TrainResult:
     out = Path(config.out_dir)
     rank0 = group.rank == 0
@@ -326,15 +329,12 @@ def _run(
                 _save(backend, config, group, position, step)
                 saved = step
             t5 = time.perf_counter()
-            timer.add(
-                StepTimes(
-                    data_wait=fed.data_wait_s,
-                    h2d=fed.copy_wait_s,
-                    compute=t3 - t2,
-                    checkpoint=t5 - t4,
-                    total=t5 - t0,
-                )
-            )
+            times = StepTimes(
+                data_wait=fed.data_wait_s, h2d=fed.copy_wait_s, compute=t3 - t2, checkpoint=t5 - t4,
+                total=t5 - t0,
+            )  # fmt: skip
+            timer.add(times)
+            live.observe(step, times)  # Prometheus, while the run goes (pi_train._live_metrics)
             if step % config.log_every == 0 or step == config.steps:
                 window = timer.window(step)
                 if window is not None and timing_log is not None:

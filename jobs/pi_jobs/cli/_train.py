@@ -75,6 +75,7 @@ def train_config_from_args(settings: Settings, args: argparse.Namespace) -> Any:
         log_every=args.log_every,
         log_batches=args.log_batches,
         device=args.device,
+        metrics_port=args.metrics_port,
     )
 
 
@@ -145,6 +146,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-every", type=int, default=10, help="steps per timing window")
     p.add_argument("--log-batches", action="store_true", help="log each batch's digest and sample ids")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    p.add_argument(
+        "--metrics-port",
+        type=int,
+        default=0,
+        help="serve live step-time metrics to Prometheus on this port (+ the local rank); 0: off",
+    )
     p.add_argument("--lake", default=None, help="default: $PILAKE_LAKE or .pilake/lake")
     p.add_argument("--catalog", default=None, help="default: $PILAKE_CATALOG or .pilake/catalog")
     p.set_defaults(func=_cmd_train)

@@ -1,0 +1,149 @@
+"""Live step-time metrics (pi_train._live_metrics): a real tiny run serves /metrics while it trains
+(scraped from inside the run, between steps), serves nothing with port 0, and refuses a taken
+port with a message naming it and the fix, before it opens any data."""
+
+from __future__ import annotations
+
+import socket
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import psutil
+import pytest
+from pi_jobs.cli import build_parser
+from pi_jobs.cli._train import train_config_from_args
+from pi_jobs.settings import Settings
+from pi_train import PiTrainError, ProcessGroup, TrainConfig, train
+from pi_train._live_metrics import BUCKETS, LIVE_PARTS, METRIC_NAMES, metrics_port_of
+
+from tests.conftest import _free_port
+from tests.fixtures.lake_factory import FakeLake
+from tests.fixtures.metrics_scrape import Samples, scrape
+
+
+def _config(lake: FakeLake, out: Path, **options: Any) -> TrainConfig:
+    return TrainConfig(
+        lake=lake.layout.root,
+        framework="torch",
+        steps=6,
+        batch_size=4,
+        action_horizon=4,
+        workers=0,
+        out_dir=str(out),
+        checkpoint_every=3,
+        log_every=2,
+        device="cpu",
+        threads=1,
+        plot=False,
+        **options,
+    )
+
+
+def _listening_ports() -> set[int]:
+    return {
+        c.laddr.port for c in psutil.Process().net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN
+    }
+
+
+def _part(samples: Samples, suffix: str, part: str, **labels: str) -> float:
+    key = tuple(sorted({"rank": "0", "part": part, **labels}.items()))
+    return samples[(f"pilake_train_step_seconds_{suffix}", key)]
+
+
+def test_a_run_serves_its_step_times_while_it_trains(train_lake: FakeLake, tmp_path: Path) -> None:
+    port = _free_port()
+    scrapes: dict[int, Samples] = {}
+
+    def on_step(step: int, loss: float) -> None:
+        if step in (3, 5):
+            scrapes[step] = scrape(port)
+
+    result = train(_config(train_lake, tmp_path / "run", metrics_port=port), on_step=on_step)
+    assert result.step == 6
+    mid, later = scrapes[3], scrapes[5]
+    rank = (("rank", "0"),)
+    assert mid[("pilake_train_steps_total", rank)] == 3
+    assert mid[("pilake_train_step", rank)] == 3
+    assert mid[("pilake_train_samples_total", rank)] == 3 * 4
+    assert later[("pilake_train_steps_total", rank)] == 5
+    assert mid[("pilake_train_info", (("framework", "torch"), ("rank", "0"), ("world_size", "1")))] == 1
+    # the first step is the warm-up: out of the histograms, shown apart
+    assert _part(mid, "count", "total") == 2 and _part(later, "count", "total") == 4
+    assert mid[("pilake_train_warmup_seconds", (("part", "total"), ("rank", "0")))] > 0
+    for part in LIVE_PARTS:
+        assert _part(later, "count", part) == 4
+        counts = [_part(later, "bucket", part, le=_le(b)) for b in BUCKETS]
+        assert counts == sorted(counts) and counts[-1] == 4, (part, counts)
+    # the parts add up to the total, which grows between scrapes
+    parts = sum(_part(later, "sum", p) for p in LIVE_PARTS if p != "total")
+    assert parts == pytest.approx(_part(later, "sum", "total"), rel=1e-6)
+    assert _part(later, "sum", "total") > _part(mid, "sum", "total") > 0
+    assert _part(mid, "sum", "checkpoint") > 0  # step 3 wrote a checkpoint
+    assert later[("pilake_train_samples_per_second", rank)] > 0  # windows of log_every=2 steps
+    assert set(METRIC_NAMES) == {_base(name) for name, _ in later if name.startswith("pilake_train_")}
+    # the endpoint goes when the run ends
+    with pytest.raises(urllib.error.URLError):
+        urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5)
+
+
+def _le(bound: float) -> str:
+    return "+Inf" if bound == float("inf") else repr(float(bound))
+
+
+def _base(name: str) -> str:
+    """The registered name of a served sample (a counter's `_created` is its `_total`'s)."""
+    for suffix in ("_bucket", "_count", "_sum", "_created"):
+        stem = name.removesuffix(suffix)
+        if name.endswith(suffix) and stem in METRIC_NAMES:
+            return stem
+        if suffix == "_created" and name.endswith(suffix) and f"{stem}_total" in METRIC_NAMES:
+            return f"{stem}_total"
+    return name
+
+
+def test_port_0_serves_nothing(train_lake: FakeLake, tmp_path: Path) -> None:
+    before = _listening_ports()
+    during: list[set[int]] = []
+    config = _config(train_lake, tmp_path / "run", metrics_port=0)
+    train(config, on_step=lambda step, loss: during.append(_listening_ports()))
+    assert during and all(ports == before for ports in during)
+
+
+def test_a_taken_port_is_a_clear_error_before_any_data_is_read(train_lake: FakeLake, tmp_path: Path) -> None:
+    with socket.socket() as holder:
+        holder.bind(("0.0.0.0", 0))
+        holder.listen()
+        port = holder.getsockname()[1]
+        out = tmp_path / "run"
+        with pytest.raises(PiTrainError, match=rf"port {port} \(rank 0\).*--metrics-port.*0 to serve none"):
+            train(_config(train_lake, out, metrics_port=port))
+    assert not (out / "snapshot.json").exists() and not (out / "checkpoints").exists()
+
+
+@pytest.mark.parametrize("bad", [-1, 65536, True, 9490.0, "9490"])
+def test_the_port_option_is_validated(bad: Any) -> None:
+    with pytest.raises(ValueError, match="metrics_port"):
+        TrainConfig(lake="lake", metrics_port=bad)
+
+
+def test_each_local_rank_gets_its_own_port() -> None:
+    config = TrainConfig(lake="lake", metrics_port=9490)
+    assert metrics_port_of(config, ProcessGroup(rank=3, world_size=4, local_world_size=2), {}) == 9491
+    assert metrics_port_of(config, ProcessGroup(rank=3, world_size=4), {"LOCAL_RANK": "0"}) == 9490
+    off = TrainConfig(lake="lake")
+    assert metrics_port_of(off, ProcessGroup(rank=1, world_size=2), {"LOCAL_RANK": "x"}) == 0
+    for bad in ("x", "", "1e3", "\x00"):
+        with pytest.raises(PiTrainError, match="LOCAL_RANK must be an integer"):
+            metrics_port_of(config, ProcessGroup(), {"LOCAL_RANK": bad})
+    high = TrainConfig(lake="lake", metrics_port=65535)
+    with pytest.raises(PiTrainError, match="65536 is not a TCP port"):
+        metrics_port_of(high, ProcessGroup(rank=1, world_size=2, local_world_size=2), {})
+
+
+def test_pilake_train_takes_metrics_port(tmp_path: Path) -> None:
+    settings = Settings(home=tmp_path)
+    parse = build_parser().parse_args
+    assert train_config_from_args(settings, parse(["train", "--metrics-port", "9490"])).metrics_port == 9490
+    assert train_config_from_args(settings, parse(["train"])).metrics_port == 0
