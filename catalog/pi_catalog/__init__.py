@@ -14,15 +14,31 @@ from pi_catalog._catalog import Catalog
 from pi_catalog._errors import CatalogLockTimeout, CatalogQueryError, PiCatalogError
 from pi_catalog._format import format_table
 from pi_catalog._rebuild import RebuildReport
+from pi_catalog._runs import (
+    LIVE_WINDOW_S,
+    LiveRunReads,
+    TrainingRun,
+    live_run_reads,
+    record_run_reads,
+    record_training_run,
+    training_runs,
+)
 
 __all__ = [
+    "LIVE_WINDOW_S",
     "BackfillRun",
     "Catalog",
     "CatalogLockTimeout",
     "CatalogQueryError",
+    "LiveRunReads",
     "PiCatalogError",
     "RebuildReport",
+    "TrainingRun",
     "backfill_runs",
     "format_table",
+    "live_run_reads",
     "record_backfill_run",
+    "record_run_reads",
+    "record_training_run",
+    "training_runs",
 ]

@@ -24,6 +24,7 @@ from pi_train._config import ProcessGroup, TrainConfig
 from pi_train._errors import CheckpointError, PiTrainError
 from pi_train._files import read_jsonl
 from pi_train._launch import launch
+from pi_train._lineage import RUN_ID_ENV, LineageError, code_version, read_lineage
 from pi_train._loop import TrainResult, batch_digest, train
 from pi_train._normalize import Normalization, normalization_stats
 from pi_train._plot import plot_timing
@@ -32,7 +33,9 @@ from pi_train._timing import StepTimer, StepTimes, verdict
 
 __all__ = [
     "DEADLINE_ENV",
+    "RUN_ID_ENV",
     "CheckpointError",
+    "LineageError",
     "Normalization",
     "PiTrainError",
     "PolicyShape",
@@ -43,12 +46,14 @@ __all__ = [
     "TrainConfig",
     "TrainResult",
     "batch_digest",
+    "code_version",
     "deadline_from_env",
     "launch",
     "make_backend",
     "normalization_stats",
     "plot_timing",
     "read_jsonl",
+    "read_lineage",
     "train",
     "verdict",
 ]

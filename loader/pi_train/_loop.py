@@ -32,6 +32,7 @@ from pi_train._backend import Backend, PolicyShape, make_backend
 from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig, loader_workers
 from pi_train._errors import CheckpointError, PiTrainError
 from pi_train._files import JsonlLog, atomic_write
+from pi_train._lineage import checkpoint_lineage, run_lineage, write_lineage
 from pi_train._live_metrics import LiveMetrics, MetricsOff, live_metrics
 from pi_train._normalize import Normalization, normalization_stats
 from pi_train._stop import StopRequest, deadline_from_env, record_stop, stop_checkpoint
@@ -194,9 +195,10 @@ def _resume(backend: Backend, config: TrainConfig, group: ProcessGroup, loader: 
 
 
 def _save(
-    backend: Backend, config: TrainConfig, group: ProcessGroup, loader_state: dict[str, Any], step: int
+    backend: Backend, config: TrainConfig, group: ProcessGroup, lineage: Any, loader_state: Any, step: int
 ) -> None:
     extra = {
+        "lineage": checkpoint_lineage(lineage),  # pins, mixture, code version, run id (_lineage)
         "format": CHECKPOINT_EXTRA_FORMAT,
         "step": step,
         "framework": config.framework,
@@ -270,6 +272,10 @@ def _run(
     pinned = out / ("mixture.json" if config.mix is not None else "snapshot.json")
     if rank0 and not (config.resume and pinned.exists()):
         _record_selection(ds, out)
+    lineage = run_lineage(config, ds, group)
+    if rank0:
+        write_lineage(out, lineage)
+    save_step = partial(_save, backend, config, group, lineage)
     loader = Loader(
         ds,
         batch_size=config.batch_size,
@@ -306,7 +312,7 @@ def _run(
             # signal reached one process only), so the checkpoint below is of one step everywhere.
             reason = stop.agreed(backend.reduce_max)
             if reason is not None:
-                save = None if position is None else partial(_save, backend, config, group, position, step)
+                save = None if position is None else partial(save_step, position, step)
                 stopped = stop_checkpoint(stop, step=step, saved=saved, save=save)
                 break
             fed = next(feed)
@@ -326,7 +332,7 @@ def _run(
             steps_log.write(record)
             t4 = time.perf_counter()
             if step == config.steps or (config.checkpoint_every and step % config.checkpoint_every == 0):
-                _save(backend, config, group, position, step)
+                save_step(position, step)
                 saved = step
             t5 = time.perf_counter()
             times = StepTimes(
