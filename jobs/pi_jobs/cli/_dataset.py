@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
 import time
+from typing import Any
 
 from pi_jobs.settings import Settings
 
@@ -68,7 +70,7 @@ def _cmd_show(settings: Settings, args: argparse.Namespace) -> int:
 
     check = check_dataset(LakeLayout(settings.lake_root), args.name)
     pin = check.pin
-    info = {
+    info: dict[str, Any] = {
         "name": pin.name,
         "sql": pin.sql,
         "episodes": len(pin.episode_ids),
@@ -81,16 +83,39 @@ def _cmd_show(settings: Settings, args: argparse.Namespace) -> int:
         "damaged": [dict(d) for d in check.damaged],
         "first_episodes": [list(p) for p in list(zip(pin.episode_ids, pin.attempt_ids, strict=True))[:5]],
     }
+    info["runs"] = _runs_of(settings, pin.name, pin.content_hash)  # None: the catalog did not answer
     if args.json:
-        print(json.dumps(info, indent=2))
+        print(json.dumps(info, indent=2, ensure_ascii=False))
     else:
         for key, value in info.items():
-            if key == "damaged":
-                value = len(check.damaged)
+            if key in ("damaged", "runs"):
+                value = "unknown" if value is None else len(value)
             print(f"{key:<16} {value}")
         for d in check.damaged:
             print(f"  damaged {d['episode_id']} attempt {d['attempt_id']}: {d['details']}")
+        for r in info["runs"] or []:
+            other = "" if r["same_content"] else "  (a pin of this name with other content)"
+            print(f"  run {r['run_id']} {r['status']} started {r['started_at']} UTC  {r['out_dir']}{other}")
     return 0 if check.intact else 2
+
+
+def _runs_of(settings: Settings, name: str, content_hash: str) -> list[dict[str, Any]] | None:
+    """The runs that trained on pin `name` (pi_catalog training_runs), or None with a warning on
+    stderr when the catalog cannot be read (lineage is derived data: the pin is shown anyway)."""
+    from pi_catalog import Catalog, training_runs
+
+    from pi_jobs.cli._runs import run_dicts
+
+    try:
+        runs = training_runs(Catalog(settings.catalog_path), pin=name)
+    except Exception as err:
+        print(f"dataset show: runs unknown, the catalog did not answer ({err})", file=sys.stderr)
+        return None
+    rows = run_dicts(runs, time.time_ns())
+    for run, row in zip(runs, rows, strict=True):
+        hashes = [h for n, h in zip(run.pin_names, run.content_hashes, strict=True) if n == name]
+        row["same_content"] = content_hash in hashes
+    return rows
 
 
 def _cmd_delete(settings: Settings, args: argparse.Namespace) -> int:

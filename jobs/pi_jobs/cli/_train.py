@@ -95,6 +95,18 @@ def _cmd_train(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_train_recorded(settings: Settings, args: argparse.Namespace) -> int:
+    """`_cmd_train`, registered in the catalog's runs table by host 0 (pi_jobs.ops.runs)."""
+    from pi_jobs.ops.runs import record_run
+
+    if getattr(args, "node_rank", 0) != 0:
+        return _cmd_train(settings, args)  # host 0 records the run
+    hosts = getattr(args, "nnodes", 1)
+    world = args.nproc * hosts
+    config = train_config_from_args(settings, args)
+    return record_run(config, lambda: _cmd_train(settings, args), world_size=world, host_count=hosts)
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register this group's commands on the `pilake` parser."""
     p = sub.add_parser(
@@ -154,4 +166,4 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--lake", default=None, help="default: $PILAKE_LAKE or .pilake/lake")
     p.add_argument("--catalog", default=None, help="default: $PILAKE_CATALOG or .pilake/catalog")
-    p.set_defaults(func=_cmd_train)
+    p.set_defaults(func=_cmd_train_recorded)
