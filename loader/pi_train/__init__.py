@@ -21,20 +21,26 @@ Example:
 
 from pi_train._backend import PolicyShape, make_backend
 from pi_train._config import ProcessGroup, TrainConfig
-from pi_train._errors import CheckpointError, PiTrainError
+from pi_train._errors import CheckpointError, EvalError, PiTrainError
+from pi_train._eval_offline import EvalConfig, evaluate_checkpoint
+from pi_train._eval_report import format_eval, plot_eval
 from pi_train._files import read_jsonl
 from pi_train._launch import launch
 from pi_train._lineage import RUN_ID_ENV, LineageError, code_version, read_lineage
 from pi_train._loop import TrainResult, batch_digest, train
 from pi_train._normalize import Normalization, normalization_stats
 from pi_train._plot import plot_timing
+from pi_train._split import SPLIT_SALT, held_out_ids, split_hash
 from pi_train._stop import DEADLINE_ENV, StopRequest, deadline_from_env
 from pi_train._timing import StepTimer, StepTimes, verdict
 
 __all__ = [
     "DEADLINE_ENV",
     "RUN_ID_ENV",
+    "SPLIT_SALT",
     "CheckpointError",
+    "EvalConfig",
+    "EvalError",
     "LineageError",
     "Normalization",
     "PiTrainError",
@@ -48,12 +54,17 @@ __all__ = [
     "batch_digest",
     "code_version",
     "deadline_from_env",
+    "evaluate_checkpoint",
+    "format_eval",
+    "held_out_ids",
     "launch",
     "make_backend",
     "normalization_stats",
+    "plot_eval",
     "plot_timing",
     "read_jsonl",
     "read_lineage",
+    "split_hash",
     "train",
     "verdict",
 ]

@@ -15,6 +15,8 @@ from typing import Any, Literal
 
 from pi_loader import default_num_workers
 
+from pi_train._split import check_eval_options
+
 Framework = Literal["jax", "torch"]
 FRAMEWORKS: tuple[str, ...] = ("jax", "torch")
 LOSSES: tuple[str, ...] = ("l2", "l1")
@@ -68,6 +70,12 @@ class TrainConfig:
         threads: torch's intra-op CPU threads; None: the host's cores per process, less the
             loader's workers, at least 1 (see `compute_threads`).
         plot: draw `timing.png` at the end.
+        eval_dataset: a dataset pin held out for evaluation (its episodes are not trained on).
+        eval_fraction: hold out this fraction of the selection's episodes, by a salted hash
+            of each episode_id (see `pi_train._split`); exclusive with eval_dataset.
+        eval_every: score the held-out samples every this many steps and at the last
+            (`<out>/eval.jsonl`); 0: never during training.
+        eval_samples: held-out samples scored each time (a fixed choice); None: all.
         metrics_port: serve live step-time metrics to Prometheus on this port plus the local
             rank while the run goes; 0: off (see `pi_train._live_metrics`).
 
@@ -115,6 +123,13 @@ class TrainConfig:
     device: str = "auto"
     threads: int | None = None
     plot: bool = True
+    # Evaluation (pi_train._split, pi_train._eval): off unless a held-out split is named.
+    eval_dataset: str | None = None
+    eval_fraction: float | None = None
+    # As checkpoint_every: an eval of 256 samples costs about as much as 8 steps of 32.
+    eval_every: int = 100
+    # 256: a loss to ~2 digits on a policy batch scale, at a bounded cost per eval.
+    eval_samples: int | None = 256
     # 0 (off), as the loader's endpoint: two runs on one host would otherwise fight over a port.
     metrics_port: int = 0
 
@@ -133,6 +148,7 @@ class TrainConfig:
             _positive_int("workers", self.workers, 0)
         _positive_int("checkpoint_every", self.checkpoint_every, 0)
         _positive_int("seed", self.seed, 0)
+        check_eval_options(self)  # EvalError: names the value and what to pass
         _positive_int("metrics_port", self.metrics_port, 0)
         if self.metrics_port > 65535:
             raise ValueError(f"metrics_port must be 0 (off) or a TCP port <= 65535, got {self.metrics_port}")

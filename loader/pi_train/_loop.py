@@ -31,10 +31,12 @@ from pi_loader import Dataset, Loader, Mixture, SampleSpec, ShardSpec, Snapshot,
 from pi_train._backend import Backend, PolicyShape, make_backend
 from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig, loader_workers
 from pi_train._errors import CheckpointError, PiTrainError
+from pi_train._eval import start_eval
 from pi_train._files import JsonlLog, atomic_write
 from pi_train._lineage import checkpoint_lineage, run_lineage, write_lineage
 from pi_train._live_metrics import LiveMetrics, MetricsOff, live_metrics
 from pi_train._normalize import Normalization, normalization_stats
+from pi_train._split import eval_split
 from pi_train._stop import StopRequest, deadline_from_env, record_stop, stop_checkpoint
 from pi_train._timing import StepTimer, StepTimes
 
@@ -276,6 +278,8 @@ def _run(
     if rank0:
         write_lineage(out, lineage)
     save_step = partial(_save, backend, config, group, lineage)
+    split = eval_split(config, ds, out, rank0)  # held-out episodes are never trained on
+    ds = split.train
     loader = Loader(
         ds,
         batch_size=config.batch_size,
@@ -285,10 +289,12 @@ def _run(
         drop_last=True,  # one batch shape: no recompilation for a short last batch
     )
     norm = normalization_stats(ds, config.normalization)
-    backend.build(_policy_shape(ds, config, norm), norm)
+    shape = _policy_shape(ds, config, norm)
+    backend.build(shape, norm)
     start = _resume(backend, config, group, loader)
     agree(loader)  # same data, options and position on every rank (HostsDisagreeError if not)
     resumed = start if config.resume else None
+    evaluator = start_eval(config, split.held_out, shape, norm, out, resumed=resumed, rank0=rank0)
     timer = StepTimer(
         global_batch=config.batch_size * group.world_size,
         reduce_max=backend.reduce_max,
@@ -350,6 +356,7 @@ def _run(
                         f"{window['samples_per_s']:.1f} samples/s  {window['verdict']}",
                         flush=True,
                     )
+            evaluator.after_step(backend, step, config.steps)  # every eval_every (pi_train._eval)
             if on_step is not None:
                 on_step(step, loss)
         summary = timer.summary(step)
@@ -375,6 +382,7 @@ def _run(
                 plot_timing(list(timing_log), out / "timing.png", title=title)
     finally:
         feed.close()
+        evaluator.close()
         steps_log.close()
         if timing_log is not None:
             timing_log.close()

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 from typing import Any
 
+from pi_jobs.cli._eval import add_eval_arguments, eval_options
 from pi_jobs.settings import Settings
 
 
@@ -75,6 +76,7 @@ def train_config_from_args(settings: Settings, args: argparse.Namespace) -> Any:
         log_every=args.log_every,
         log_batches=args.log_batches,
         device=args.device,
+        **eval_options(args),
         metrics_port=args.metrics_port,
     )
 
@@ -158,6 +160,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--log-every", type=int, default=10, help="steps per timing window")
     p.add_argument("--log-batches", action="store_true", help="log each batch's digest and sample ids")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    add_eval_arguments(p)  # --eval-dataset / --eval-fraction / --eval-every / --eval-samples
     p.add_argument(
         "--metrics-port",
         type=int,
