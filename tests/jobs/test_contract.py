@@ -192,6 +192,20 @@ def test_registry_file_errors_name_the_problem(tmp_path: Path) -> None:
         parse_registry({})
 
 
+def test_registry_dimension_names(tmp_path: Path) -> None:
+    entry = {"proprio_range": [0, 1], "action_range": [0, 1], "control_rate_hz": [1, 2], "camera_fps": [1, 2]}
+    named = parse_registry({"robot_types": {"x": {**entry, "proprio_names": ["a", "b"], "proprio_dim": 2}}})
+    assert named.get("x").proprio_names == ("a", "b") and named.get("x").action_names == ()  # type: ignore[union-attr]
+    assert load_registry(None).get("franka").proprio_names[-1] == "gripper_width"  # type: ignore[union-attr]
+    for names, match in (
+        ("ab", "must be a list"),
+        (["a", 3], "names of 1-128"),
+        (["a"], "1 proprio_names for 2"),
+    ):
+        with pytest.raises(RegistryError, match=match):
+            parse_registry({"robot_types": {"x": {**entry, "proprio_names": names, "proprio_dim": 2}}})
+
+
 def test_registry_defaults_apply_to_entries(tmp_path: Path) -> None:
     path = tmp_path / "robots.toml"
     path.write_text(

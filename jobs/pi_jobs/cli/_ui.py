@@ -23,6 +23,7 @@ def _cmd_ui(settings: Settings, args: argparse.Namespace) -> int:
         query_timeout_s=args.query_timeout_s,
         query_memory_bytes=args.query_memory_mb * 1024**2,
         max_running_queries=args.max_running_queries,
+        robots=settings.robots_path or None,
     )
     serve(config)
     return 0

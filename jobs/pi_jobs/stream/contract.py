@@ -54,8 +54,18 @@ class RobotType:
     action_dim: int | None = None
     rate_tolerance: float = DEFAULT_RATE_TOLERANCE
     max_gap_periods: float = DEFAULT_MAX_GAP_PERIODS
+    # what each dimension is (joint names): shown by `pilake ui`, checked by nothing else; ()
+    # when the registry does not say (the UI then shows proprio[0], ...)
+    proprio_names: tuple[str, ...] = ()
+    action_names: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
+        for label in ("proprio_names", "action_names"):
+            names, dim = getattr(self, label), getattr(self, label.replace("_names", "_dim"))
+            if not all(isinstance(n, str) and 0 < len(n) <= 128 for n in names):
+                raise ValueError(f"robot type {self.name!r}: {label} must be names of 1-128 characters")
+            if names and dim is not None and len(names) != dim:
+                raise ValueError(f"robot type {self.name!r}: {len(names)} {label} for {dim} dimensions")
         for label in ("proprio_range", "action_range", "control_rate_hz", "camera_fps"):
             low, high = getattr(self, label)
             if not (math.isfinite(low) and math.isfinite(high) and low <= high):
@@ -117,6 +127,13 @@ def _pair(doc: Mapping[str, Any], key: str, where: str) -> tuple[float, float]:
     return float(value[0]), float(value[1])
 
 
+def _names(doc: Mapping[str, Any], key: str, where: str) -> tuple[str, ...]:
+    value = doc.get(key, [])
+    if not isinstance(value, list):
+        raise RegistryError(f"{where}: {key} must be a list of names, got {value!r}")
+    return tuple(value)
+
+
 def parse_registry(doc: Mapping[str, Any], *, source: str = "") -> RobotRegistry:
     """Build a registry from the parsed TOML document (see jobs/pi_jobs/stream/robots.toml).
 
@@ -143,6 +160,8 @@ def parse_registry(doc: Mapping[str, Any], *, source: str = "") -> RobotRegistry
         "action_dim",
         "rate_tolerance",
         "max_gap_periods",
+        "proprio_names",
+        "action_names",
     }
     types = []
     for name, entry in sorted(types_doc.items()):
@@ -168,6 +187,8 @@ def parse_registry(doc: Mapping[str, Any], *, source: str = "") -> RobotRegistry
                     action_dim=entry.get("action_dim"),
                     rate_tolerance=float(setting("rate_tolerance", DEFAULT_RATE_TOLERANCE)),
                     max_gap_periods=float(setting("max_gap_periods", DEFAULT_MAX_GAP_PERIODS)),
+                    proprio_names=_names(entry, "proprio_names", at),
+                    action_names=_names(entry, "action_names", at),
                 )
             )
         except (TypeError, ValueError) as err:

@@ -19,8 +19,10 @@ from urllib.parse import quote, urlencode
 
 from pi_format import LakeLayout
 
-from pi_jobs.ui import _ops, _reads
+from pi_jobs.ui import _browse, _ops, _reads
+from pi_jobs.ui._episodes import FilterRefused
 from pi_jobs.ui._errors import NotFound, PathRefused, QueryBusy, QueryRefused
+from pi_jobs.ui._names import DimensionNames
 from pi_jobs.ui._runner import SqlRunner
 from pi_jobs.ui._video import cached_mp4, safe_join
 from pi_jobs.ui.config import UiConfig, is_loopback
@@ -57,6 +59,7 @@ class _Pages:
         # Overview and Episode take turns on the catalog; users' SQL runs beside them (_runner)
         self.catalog_lock = threading.Lock()
         self.sql = SqlRunner(config, catalog)
+        self.dimension_names = DimensionNames(config.robots)
         from starlette.templating import Jinja2Templates
 
         self.templates = Jinja2Templates(directory=str(TEMPLATE_DIR))
@@ -128,6 +131,8 @@ class _Pages:
     def episode(self, request: Request) -> Response:
         episode_id = self._id(request, "episode_id")
         episode = _reads.read_episode(self.layout, episode_id)
+        annotations = _reads.episode_annotations(self.layout, episode_id)
+        extras = _browse.episode_extras(self, request, episode, annotations)
         with self.catalog_lock:
             lineage = _reads.lineage(self.catalog, episode)
             trace = _reads.trace_lines(self.layout, self.catalog, episode_id, self.config.log_dirs)
@@ -135,6 +140,8 @@ class _Pages:
             "t": list(episode.times_s),
             "proprio": [list(s) for s in episode.proprio],
             "action": [list(s) for s in episode.action],
+            "names": extras["names"],
+            "marks": extras["marks"],
         }
         return self.render(
             request,
@@ -144,7 +151,8 @@ class _Pages:
             plots=plots,
             lineage=lineage,
             trace=trace,
-            annotations=_reads.episode_annotations(self.layout, episode_id),
+            annotations=annotations,
+            x=extras,
             video_url=lambda cam: f"/episode/{quote(episode_id, safe='')}/video/{quote(cam, safe='')}",
         )
 
@@ -213,6 +221,14 @@ def _error_handlers(pages: _Pages) -> dict[Any, Callable[[Request, Exception], A
 
         return PlainTextResponse(f"refused: {exc}", status_code=400)
 
+    async def bad_parameter(request: Request, exc: Exception) -> Response:
+        return pages.render(request, "error.html", 400, nav="", title="Refused", message=str(exc))
+
+    async def busy(request: Request, exc: Exception) -> Response:
+        response = pages.render(request, "error.html", 503, nav="", title="Busy", message=f"busy: {exc}")
+        response.headers["Retry-After"] = "5"
+        return response
+
     async def failed(request: Request, exc: Exception) -> Response:
         # the catalog or the lake could not be read: say what failed, on a page, not a traceback
         message = f"{type(exc).__name__}: {exc}"
@@ -228,6 +244,8 @@ def _error_handlers(pages: _Pages) -> dict[Any, Callable[[Request, Exception], A
     return {
         NotFound: not_found,
         PathRefused: refused,
+        FilterRefused: bad_parameter,
+        QueryBusy: busy,
         PiCatalogError: failed,
         PiFormatError: failed,
         PiJobsError: failed,
@@ -343,6 +361,8 @@ def create_app(config: UiConfig, catalog: Any = None) -> Any:
     routes = [
         Route("/", pages.overview),
         Route("/query", pages.query),
+        Route("/episodes", lambda request: _browse.episodes(pages, request)),
+        Route("/dataset", lambda request: _browse.dataset(pages, request)),
         # ids are names (SPEC 1.1) but the catalog may hold any text: match a `/` in one too
         Route("/episode/{episode_id:path}/video/{camera}", pages.video),
         Route("/episode/{episode_id:path}", pages.episode),

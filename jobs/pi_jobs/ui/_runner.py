@@ -15,12 +15,15 @@ for the other pages.
 from __future__ import annotations
 
 import threading
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from pi_jobs.ui._errors import QueryBusy
 from pi_jobs.ui._screen import EngineFunctions
 from pi_jobs.ui._sql import QueryResult, run_select
 from pi_jobs.ui.config import UiConfig
+
+T = TypeVar("T")
 
 # On a server catalog, users' SQL runs as this user where it is set (deploy/k8s/clickhouse.yaml:
 # `pilake_ui`, read-only on the catalog's database, its limits a settings profile), while the
@@ -159,3 +162,32 @@ class SqlRunner:
                 page_size=self.config.page_size,
                 row_cap=self.config.row_cap,
             )
+
+    def on_selection(self, sql: str, use: Callable[[Callable[[str], Any], str], T]) -> T:
+        """Screen `sql` as `run` does, then call `use(run, where)` on the same bounded reader:
+        `where` selects the catalog's episodes whose id the query returns, `run` runs a
+        statement (built by the caller from its own text and `where`) on that reader.
+
+        Raises:
+            QueryBusy, QueryRefused, pi_catalog.CatalogQueryError: as `run`.
+
+        Example:
+            >>> runner.on_selection("SELECT episode_id FROM episodes WHERE success",
+            ...     lambda run, where: run(f"SELECT count() AS n FROM episodes WHERE {where}"))
+        """
+        from pi_jobs.ui._errors import QueryRefused
+        from pi_jobs.ui._sql import screen
+
+        if len(sql) > self.config.max_sql_chars:
+            raise QueryRefused(
+                f"the query is {len(sql)} characters, more than the {self.config.max_sql_chars} this page "
+                "takes; shorten it"
+            )
+        with (
+            self.gate,
+            self.catalog.isolated_reader(self.settings, credentials_env=SQL_CREDENTIALS_ENV) as reader,
+        ):
+            checked = screen(reader, sql, self._engine_functions(reader))
+            # the query on lines of its own: a trailing `--` comment cannot swallow the wrapper
+            where = f"episode_id IN (SELECT episode_id FROM (\n{checked}\n))"
+            return use(reader.query_arrow, where)

@@ -52,6 +52,8 @@ class UiConfig:
         max_waiting_queries: more that wait for a turn; beyond them a query is refused at once.
         query_wait_s: how long a query waits for a turn before it is refused (HTTP 503).
         max_sql_chars: the longest query text the Query page takes.
+        robots: the robot registry whose `proprio_names`/`action_names` name the plots'
+            dimensions (PILAKE_ROBOTS); None: the one shipped with pi_jobs.
 
     Raises:
         ValueError: a bad port, limit, or a non-loopback host without a token.
@@ -97,6 +99,7 @@ class UiConfig:
     query_wait_s: float = 15.0
     # 20,000 characters: a long hand-written SELECT is a few hundred.
     max_sql_chars: int = 20_000
+    robots: str | None = None
 
     @property
     def catalog_shown(self) -> str:

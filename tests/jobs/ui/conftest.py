@@ -1,7 +1,8 @@
 """A small lake for the UI tests, made once per session: 3 episodes of 2 cameras through
 LakeWriter (tests/fixtures/lake_factory), its catalog rebuilt from it, an annotation, a
 quarantine row with raw bytes and a pin. Episode 2's annotation, the quarantine row's reason and
-details and an extra catalog row's episode id hold HTML, to show that the pages escape them."""
+details and an extra catalog row's episode id, robot and task hold HTML, to show that the pages
+escape them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,8 @@ from tests.fixtures.lake_factory import FakeLake, episode_rows, make_episode, wr
 
 SCRIPT = "<script>window.__pwned = 1</script>"
 HTML_EPISODE_ID = f"ep-{SCRIPT}"
+HTML_ROBOT = f"robot-{SCRIPT}"
+HTML_TASK = f"task \"'<b>{SCRIPT}"
 QUARANTINE_ID = "q-html-0001"
 
 
@@ -93,6 +96,7 @@ def ui_lake(tmp_path_factory: pytest.TempPathFactory) -> UiLake:
     # a catalog row whose id holds HTML (names on the wire cannot; the catalog is SQL, it can)
     odd = make_episode(9, steps=2, cameras=("front",), size=(16, 16), seed=0)
     odd.episode_id = HTML_EPISODE_ID
+    odd.robot_id, odd.task = HTML_ROBOT, HTML_TASK
     catalog.record_episodes(episode_rows([odd]), episodes_version=0)
     catalog.close()
     create_dataset(

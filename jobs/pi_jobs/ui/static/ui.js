@@ -9,19 +9,43 @@
     return el ? JSON.parse(el.textContent) : null;
   }
 
+  // Commits per hour: every hour from the first to the last with commits (empty ones 0), an
+  // hour either side, and the axis set to that span: left to itself, uPlot spread one bar over
+  // three years.
   function commitsChart() {
     const el = document.getElementById("commits-chart");
     const data = readJson("commits-data");
     if (!el || !data || data.x.length === 0) return;
-    const bars = uPlot.paths.bars({ size: [0.8, 40] });
-    new uPlot({
+    const byHour = new Map(data.x.map((h, i) => [h, data.y[i]]));
+    const first = data.x[0], last = data.x[data.x.length - 1];
+    const xs = [], ys = [];
+    for (let h = first; h <= last; h += 3600) { xs.push(h); ys.push(byHour.get(h) || 0); }
+    const lo = first - 3600, hi = last + 3600;
+    const bars = uPlot.paths.bars({ size: [0.8, 40], align: 1 });
+    const u = new uPlot({
       width: el.clientWidth - 2, height: 220,
-      // an hour either side: one bar alone would otherwise span years of axis
-      scales: { x: { time: true, range: (u, min, max) => [min - 3600, max + 3600] } },
+      scales: { x: { time: true, auto: false, range: () => [lo, hi] } },
       legend: { show: false },
       series: [{}, { label: "episodes committed", stroke: COLORS[0], fill: "rgba(31,111,235,0.35)", paths: bars }],
       axes: [{}, { label: "episodes / hour" }],
-    }, [data.x, data.y], el);
+    }, [xs, ys], el);
+    u.setScale("x", { min: lo, max: hi });
+    el.dataset.xSpanS = String(u.scales.x.max - u.scales.x.min);
+  }
+
+  // Shaded spans (annotations) with their label, under the cursor line.
+  function drawMarks(u, marks) {
+    const ctx = u.ctx;
+    ctx.save();
+    ctx.font = (11 * devicePixelRatio) + "px system-ui, sans-serif";
+    marks.forEach((m, i) => {
+      const x0 = u.valToPos(m.t0, "x", true), x1 = u.valToPos(m.t1, "x", true);
+      ctx.fillStyle = i % 2 ? "rgba(154,103,0,0.14)" : "rgba(130,80,223,0.14)";
+      ctx.fillRect(x0, u.bbox.top, Math.max(x1 - x0, 2 * devicePixelRatio), u.bbox.height);
+      ctx.fillStyle = "#57606a";
+      ctx.fillText(m.label.slice(0, 60), x0 + 3 * devicePixelRatio, u.bbox.top + (12 + 12 * (i % 3)) * devicePixelRatio);
+    });
+    ctx.restore();
   }
 
   // The episode page: plots whose cursor follows the first video, and a click that seeks them all.
@@ -56,16 +80,19 @@
       const name = el.dataset.series;
       const dims = data[name] || [];
       if (dims.length === 0) { el.textContent = "no " + name + " values"; return; }
+      const names = (data.names && data.names[name]) || [];
+      const marks = data.marks || [];
       const series = [{ label: "t (s)" }].concat(dims.map((_, d) => ({
-        label: name + "[" + d + "]", stroke: COLORS[d % COLORS.length], width: 1.5,
+        label: names[d] || name + "[" + d + "]", stroke: COLORS[d % COLORS.length], width: 1.5,
       })));
+      el.dataset.marks = String(marks.length);
       const u = new uPlot({
         width: el.clientWidth - 2, height: 200,
         scales: { x: { time: false } },
         series: series,
         axes: [{ label: "seconds" }, {}],
         cursor: { drag: { x: false, y: false } },
-        hooks: { draw: [cursorLine] },
+        hooks: { draw: [(u) => drawMarks(u, marks), cursorLine] },
       }, [data.t].concat(dims), el);
       u.over.addEventListener("click", (ev) => seek(u.posToVal(ev.offsetX, "x")));
       plots.push({ el: el, u: u });
@@ -96,5 +123,43 @@
     lead.addEventListener("seeked", () => setCursor(now()));
   }
 
-  document.addEventListener("DOMContentLoaded", () => { commitsChart(); episodePlots(); });
+  // The dataset page: the length histogram and, per feature, each dimension's quantiles.
+  function datasetCharts() {
+    const data = readJson("dataset-data");
+    if (!data) return;
+    const el = document.getElementById("length-chart");
+    const h = data.histogram;
+    if (el && h.counts.length) {
+      new uPlot({
+        width: el.clientWidth - 2, height: 200,
+        scales: { x: { time: false, range: () => [h.edges[0], h.edges[h.edges.length - 1]] } },
+        legend: { show: false },
+        series: [{}, { label: "episodes", stroke: COLORS[0], fill: "rgba(31,111,235,0.35)",
+          paths: uPlot.paths.bars({ size: [1, Infinity], align: 1 }) }],
+        axes: [{ label: "steps" }, { label: "episodes" }],
+      }, [h.edges.slice(0, -1), h.counts], el);
+      el.dataset.bins = String(h.counts.length);
+    }
+    document.querySelectorAll(".chart.dist").forEach((box) => {
+      const d = data.distributions[box.dataset.kind];
+      if (!d || !d.q50) return;
+      const xs = d.names.map((_, i) => i);
+      const dot = (color) => ({ stroke: color, width: 0, points: { show: true, size: 6, fill: color } });
+      new uPlot({
+        width: box.clientWidth - 2, height: 240,
+        scales: { x: { time: false, range: () => [-0.5, xs.length - 0.5] } },
+        series: [{ label: "dimension", value: (u, i) => (i == null ? "" : d.names[i]) },
+          Object.assign({ label: "q01" }, dot("#d1242f")),
+          { label: "q10", stroke: "rgba(31,111,235,0.5)" },
+          { label: "median", stroke: COLORS[0], width: 2 },
+          { label: "q90", stroke: "rgba(31,111,235,0.5)" },
+          Object.assign({ label: "q99" }, dot("#1a7f37"))],
+        bands: [{ series: [4, 2], fill: "rgba(31,111,235,0.15)" }],
+        axes: [{ splits: () => xs, values: (u, splits) => splits.map((i) => d.names[i] || ""), rotate: -30, size: 70 }, {}],
+      }, [xs, d.q01, d.q10, d.q50, d.q90, d.q99], box);
+      box.dataset.dims = String(xs.length);
+    });
+  }
+
+  document.addEventListener("DOMContentLoaded", () => { commitsChart(); episodePlots(); datasetCharts(); });
 })();
