@@ -26,11 +26,17 @@ def _cmd_gc(settings: Settings, args: argparse.Namespace) -> int:
     from pi_format import LakeLayout
 
     from pi_jobs.maintenance import GcConfig, gc
+    from pi_jobs.maintenance.live_runs import live_run_holds
 
+    # what live training runs read stays (a catalog that does not answer stops gc here)
+    holds = [] if args.no_run_check else live_run_holds(settings.catalog_path)
+    for hold in holds:
+        print(f"gc: training run {hold.run_id!r} is live: keeping its {len(hold.episode_ids)} episodes' rows")
     report = gc(
         LakeLayout(settings.lake_root),
         GcConfig(retention_hours=args.retention_hours, dry_run=args.dry_run),
         progress=print,
+        live_runs=holds,
     )
     for line in report.lines():
         print(line)
@@ -87,6 +93,11 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="keep files a table removed this long (running training jobs may still read them); 0: free now",
     )
     p.add_argument("--dry-run", action="store_true", help="print what would be removed, and the bytes")
+    p.add_argument(
+        "--no-run-check",
+        action="store_true",
+        help="do not ask the catalog which training runs are live (their data is then not protected)",
+    )
     p.set_defaults(func=_cmd_gc)
 
     p = sub.add_parser("episodes", help="episode maintenance")

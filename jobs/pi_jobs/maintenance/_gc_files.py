@@ -106,11 +106,12 @@ def rewrite_raw(
 
 
 def delete_unneeded_files(
-    layout: LakeLayout, retention_s: float, *, dry_run: bool
-) -> tuple[dict[str, int], dict[str, int]]:
+    layout: LakeLayout, retention_s: float, *, dry_run: bool, keep_removed_since_ms: float | None = None
+) -> tuple[dict[str, int], dict[str, int], int]:
     """Delete the data files of every lake table that its current version does not hold, no
-    marker names and whose retention has passed (`tombstones.deletable`); returns (files,
-    bytes) per table."""
+    marker names and whose retention has passed (`tombstones.deletable`), except those removed
+    at or after `keep_removed_since_ms` (a live training run's start); returns (files, bytes)
+    per table and the number kept for live runs."""
     from deltalake import DeltaTable
 
     lake = read_lake_files(layout)
@@ -122,6 +123,7 @@ def delete_unneeded_files(
     sizes: dict[str, int] = {}
     filesystem, _ = table_filesystem(layout.root)
     now_s = time.time()
+    kept_for_runs = 0
     for name in TABLE_SCHEMAS:
         try:
             table = DeltaTable(layout.table(name))
@@ -134,9 +136,17 @@ def delete_unneeded_files(
         for file in data_files(layout.table(name)):
             if file.path in held or not deletable(file, removed.get(file.path), retention_s, now_s):
                 continue
+            removed_at = removed.get(file.path)
+            if (
+                keep_removed_since_ms is not None
+                and removed_at is not None
+                and removed_at >= keep_removed_since_ms
+            ):
+                kept_for_runs += 1  # a live run may read it (pi_jobs.maintenance.live_runs)
+                continue
             files[name] = files.get(name, 0) + 1
             sizes[name] = sizes.get(name, 0) + file.size_bytes
             if not dry_run:
                 with contextlib.suppress(FileNotFoundError):  # another GC got there first
                     filesystem.delete_file(f"{base}/{file.path}")
-    return files, sizes
+    return files, sizes, kept_for_runs

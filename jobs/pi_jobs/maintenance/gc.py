@@ -13,6 +13,9 @@ What goes (SPEC.md §7.10):
 * data files no table version holds and no marker names, past the retention (`tombstones`);
 * expired Delta log entries (`delta.logRetentionDuration`, 7 days; pins never need them).
 
+A live training run (`live_runs`, `pi_jobs.maintenance.live_runs`) holds the rows it reads like
+a pin, and every file removed since it started past the retention.
+
 Rewrites go through `pi_format.lake.rewrite` (the commit order of §7.7), under the lake's
 maintenance lock. `dry_run` plans the same and reports it without writing or deleting anything.
 """
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -34,6 +37,7 @@ from pi_format.lake.tombstones import IN_FLIGHT_GRACE_S
 
 from pi_jobs.maintenance._gc_files import delete_unneeded_files, remove_orphan_files, rewrite_raw
 from pi_jobs.maintenance._lock import maintenance_lock
+from pi_jobs.maintenance.live_runs import RunHold, keep_removed_since_ms
 
 log = logging.getLogger(__name__)
 
@@ -76,6 +80,8 @@ class GcReport:
     bytes_deleted: dict[str, int] = field(default_factory=dict)
     bytes_to_free_after_retention: int = 0
     held_by_pins: dict[str, list[str]] = field(default_factory=dict)  # pin -> deleted episodes it keeps
+    held_by_runs: dict[str, list[str]] = field(default_factory=dict)  # live run -> episodes it keeps
+    files_kept_for_runs: int = 0  # past the retention, removed since a live run started
     quarantined_raw_kept: int = 0
     seconds: float = 0.0
 
@@ -114,6 +120,16 @@ class GcReport:
                 f"gc: kept {len(ids)} deleted episodes that dataset pin {pin!r} holds (e.g. {ids[:3]}); "
                 f"`pilake dataset delete {pin}` lets the next gc remove them"
             )
+        for run, ids in sorted(self.held_by_runs.items()):
+            out.append(
+                f"gc: kept {len(ids)} episodes rows that live training run {run!r} reads (e.g. {ids[:3]}); "
+                "the next gc after it ends may remove them"
+            )
+        if self.files_kept_for_runs:
+            out.append(
+                f"gc: kept {self.files_kept_for_runs} files past their retention: removed since a live "
+                "training run started, its loader may read them"
+            )
         if self.quarantined_raw_kept:
             out.append(
                 f"gc: kept {self.quarantined_raw_kept} raw rows of deleted episodes that quarantine rows need"
@@ -132,14 +148,23 @@ class GcPlan:
     uncommitted_groups: int
     deleted_unpinned: frozenset[str]
     held_by_pins: dict[str, list[str]]
+    held_by_runs: dict[str, list[str]] = field(default_factory=dict)
 
 
-def plan_gc(layout: LakeLayout) -> GcPlan:
-    """Decide what GC removes (reads the markers, the deletions and the pins; writes nothing)."""
+def plan_gc(layout: LakeLayout, live_runs: Sequence[RunHold] = ()) -> GcPlan:
+    """Decide what GC removes (reads the markers, the deletions and the pins; writes nothing);
+    `live_runs` hold the rows they read as pins do."""
     lake = read_lake_files(layout)
     deleted = read_deleted_ids(layout)
     pins = PinStore(layout).all_pins()
-    pinned = {f"{e}{_SEP}{a}" for pin in pins for e, a in zip(pin.episode_ids, pin.attempt_ids, strict=True)}
+    pin_keys = {
+        f"{e}{_SEP}{a}" for pin in pins for e, a in zip(pin.episode_ids, pin.attempt_ids, strict=True)
+    }
+    run_keys = {
+        r.run_id: {f"{e}{_SEP}{a}" for e, a in zip(r.episode_ids, r.attempt_ids, strict=True)}
+        for r in live_runs
+    }
+    pinned = pin_keys | {k for keys in run_keys.values() for k in keys}
     deleted_set = set(deleted.to_pylist())
     held = {pin.name: sorted(e for e in pin.episode_ids if e in deleted_set) for pin in pins}
     held = {name: ids for name, ids in held.items() if ids}
@@ -149,6 +174,13 @@ def plan_gc(layout: LakeLayout) -> GcPlan:
     live_keys = pa.array(sorted({*_keys(visible).to_pylist(), *pinned}), pa.string())
     live = pc.is_in(keys, value_set=live_keys) if markers.num_rows else pa.array([], pa.bool_())
     dead = markers.filter(pc.invert(live))
+    # what only a live run keeps: rows that would go without it (deleted or superseded)
+    visible_keys = set(_keys(visible).to_pylist())
+    present = set(keys.to_pylist())
+    held_by_runs = {
+        run: sorted(k.split(_SEP)[0] for k in mine - visible_keys - pin_keys if k in present)
+        for run, mine in run_keys.items()
+    }
     reasons: dict[str, int] = {}
     for eid in dead.column("episode_id").to_pylist():
         why = "deleted" if eid in deleted_set else "superseded"
@@ -189,6 +221,7 @@ def plan_gc(layout: LakeLayout) -> GcPlan:
         uncommitted_groups=uncommitted,
         deleted_unpinned=frozenset(deleted_set - pinned_episodes),
         held_by_pins=held,
+        held_by_runs={run: ids for run, ids in held_by_runs.items() if ids},
     )
 
 
@@ -198,9 +231,14 @@ def _keys(rows: pa.Table) -> pa.Array:
 
 
 def gc(
-    layout: LakeLayout, config: GcConfig | None = None, *, progress: Callable[[str], None] | None = None
+    layout: LakeLayout,
+    config: GcConfig | None = None,
+    *,
+    progress: Callable[[str], None] | None = None,
+    live_runs: Sequence[RunHold] = (),
 ) -> GcReport:
     """Plan and (unless `config.dry_run`) carry out a GC of the lake; see the module docstring.
+    `live_runs` (`live_runs.live_run_holds`) keep what the training runs now going read.
 
     Example:
         >>> print("\\n".join(gc(LakeLayout("/data/lake"), GcConfig(dry_run=True)).lines()))
@@ -211,7 +249,8 @@ def gc(
     retention_s = config.retention_hours * 3600.0
     report = GcReport(dry_run=config.dry_run)
     with maintenance_lock(layout, "gc") as lock:
-        plan = plan_gc(layout)
+        plan = plan_gc(layout, live_runs)
+        report.held_by_runs = plan.held_by_runs
         report.markers_removed = dict(plan.reasons)
         report.groups_rewritten = len(plan.groups)
         report.groups_with_uncommitted_rows = plan.uncommitted_groups
@@ -246,7 +285,12 @@ def gc(
             layout, plan.deleted_unpinned, dry_run=config.dry_run, writer_id=config.writer_id
         )
         lock.ensure_held()
-        deleted_files, deleted_bytes = delete_unneeded_files(layout, retention_s, dry_run=config.dry_run)
+        deleted_files, deleted_bytes, report.files_kept_for_runs = delete_unneeded_files(
+            layout,
+            retention_s,
+            dry_run=config.dry_run,
+            keep_removed_since_ms=keep_removed_since_ms(live_runs),
+        )
         report.files_deleted, report.bytes_deleted = deleted_files, deleted_bytes
         if retention_s > 0 or config.dry_run:
             report.bytes_to_free_after_retention = freed
