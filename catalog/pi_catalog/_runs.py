@@ -113,6 +113,11 @@ class TrainingRun:
                 raise TypeError(f"{f.name} must be an int, got {type(value).__name__}")
             if f.type == "str" and not isinstance(value, str):
                 raise TypeError(f"{f.name} must be a str, got {type(value).__name__}")
+            for text in (value,) if f.type == "str" else value if f.type == "tuple[str, ...]" else ():
+                try:
+                    text.encode("utf-8")
+                except UnicodeEncodeError as err:
+                    raise ValueError(f"{f.name} is not valid unicode ({err.reason} at {err.start})") from err
         if not self.updated_at_ns:
             object.__setattr__(self, "updated_at_ns", max(self.heartbeat_at_ns, self.finished_at_ns))
 
