@@ -110,9 +110,9 @@ def _locate(checkpoint: Path, record: PolicyRecord, policy: Path) -> tuple[Path,
         return checkpoint.parent, int(match.group(1))
     if record.framework == "jax" and _STEP_DIR.match(checkpoint.name):
         return checkpoint.parent, int(checkpoint.name)
-    if checkpoint == policy.parent:  # the run's --out: its checkpoints, wherever they were
-        recorded = Path(record.checkpoints)
-        return (recorded if recorded.is_dir() else checkpoint / "checkpoints"), None
+    if checkpoint == policy.parent:  # the run's --out: <out>/checkpoints, or where the run put them
+        inside = checkpoint / "checkpoints"
+        return (inside if inside.is_dir() else Path(record.checkpoints)), None
     return checkpoint, None
 
 
@@ -122,8 +122,11 @@ def _restore(backend: Backend, directory: Path, step: int | None) -> int:
         raise CheckpointError(f"{directory} holds no complete checkpoint: train first, or name a checkpoint")
     try:
         extra = backend.restore(directory, latest)
-    except CheckpointError:
-        raise
+    except CheckpointError as err:
+        raise CheckpointError(
+            f"{err}; it is damaged or not of this run: name another checkpoint of the run "
+            "(`pilake eval RUN` scores its newest)"
+        ) from err
     # torch.load of garbage raises UnpicklingError/EOFError; a state of another shape, RuntimeError
     except (OSError, RuntimeError, ValueError, KeyError, TypeError, EOFError, pickle.UnpicklingError) as err:
         raise CheckpointError(
