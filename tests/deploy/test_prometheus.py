@@ -28,6 +28,8 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 ALERTS = PROMETHEUS_DIR / "alerts.yaml"
 ALERTS_TEST = PROMETHEUS_DIR / "alerts_test.yaml"
+# the training alert's cases: rendered by scripts/record_train_metrics.py from a recorded real run
+TRAIN_ALERTS_TEST = PROMETHEUS_DIR / "train_alerts_test.yaml"
 COMPOSE = ROOT / "deploy" / "compose" / "compose.yaml"
 DASHBOARD = ROOT / "deploy" / "grafana" / "pilake.json"
 
@@ -51,27 +53,58 @@ def _alerts() -> list[dict[str, Any]]:
 
 def test_alert_rules_pass_promtool_check_and_their_unit_tests() -> None:
     assert f"SUCCESS: {len(_alerts())} rules found" in _promtool("check", "rules", str(ALERTS))
-    assert "SUCCESS" in _promtool("test", "rules", str(ALERTS_TEST))
+    assert "SUCCESS" in _promtool("test", "rules", str(ALERTS_TEST), str(TRAIN_ALERTS_TEST))
 
 
 def test_every_alert_fires_in_a_unit_test_and_names_registered_series() -> None:
     from pi_ingest._metrics import METRIC_NAMES as INGEST
     from pi_jobs.stream._metrics import METRIC_NAMES as STREAM
     from pi_loader.delivery._metrics import METRIC_NAMES as LOADER
+    from pi_train._live_metrics import METRIC_NAMES as TRAIN
 
-    cases = yaml.safe_load(ALERTS_TEST.read_text())["tests"]
+    cases = [
+        case for f in (ALERTS_TEST, TRAIN_ALERTS_TEST) for case in yaml.safe_load(f.read_text())["tests"]
+    ]
     firing = {t["alertname"] for case in cases for t in case["alert_rule_test"] if t["exp_alerts"]}
     quiet = {t["alertname"] for case in cases for t in case["alert_rule_test"] if not t["exp_alerts"]}
     names = {rule["alert"] for rule in _alerts()}
     assert names == firing, f"alerts without a case where they fire: {names - firing}"
     assert names == quiet, f"alerts without a case where they stay quiet: {names - quiet}"
-    registered = set(INGEST) | set(STREAM) | set(LOADER)
+    registered = set(INGEST) | set(STREAM) | set(LOADER) | set(TRAIN)
     for rule in _alerts():
         for series in re.findall(r"\bpilake_[a-z0-9_]+", rule["expr"]):
             base = re.sub(r"_(bucket|sum|count)$", "", series) if "_seconds_" in series else series
             assert base in registered, f"{rule['alert']}: {series} is not registered"
         for key in ("summary", "description"):
             assert rule["annotations"][key], (rule["alert"], key)
+
+
+def test_the_training_alert_cases_are_rendered_from_a_recorded_run() -> None:
+    """train_alerts_test.yaml is what scripts/record_train_metrics.py --render makes of the
+    committed record (no value typed by hand), whose series are the ones a run serves."""
+    import importlib.util
+
+    from pi_train._live_metrics import BUCKETS, LIVE_PARTS
+
+    spec = importlib.util.spec_from_file_location(
+        "record_train_metrics", ROOT / "scripts" / "record_train_metrics.py"
+    )
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    record = json.loads(script.RECORD.read_text())
+    assert TRAIN_ALERTS_TEST.read_text() == script.render(record)
+    buckets = {"+Inf" if b == float("inf") else repr(float(b)) for b in BUCKETS}
+    for name, case in record["cases"].items():
+        series = case["series"]
+        parts = {re.search(r'part="(\w+)"', s).group(1) for s in series if "part=" in s}  # type: ignore[union-attr]
+        assert parts == set(LIVE_PARTS), name
+        les = {re.search(r'le="([^"]+)"', s).group(1) for s in series if "_bucket{" in s}  # type: ignore[union-attr]
+        assert les == buckets, name  # the buckets the code serves, none invented
+        steps = series['pilake_train_steps_total{rank="0"}']
+        assert steps == sorted(steps) and steps[-1] > 20, name  # a counter of a run that trained
+    fractions = {name: case["data_wait_fraction"] for name, case in record["cases"].items()}
+    assert fractions["input_bound"] > 0.2 > fractions["compute_bound"], fractions
 
 
 def test_the_kafka_and_clickhouse_series_of_alerts_and_dashboard_are_served() -> None:

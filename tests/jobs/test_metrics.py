@@ -25,22 +25,25 @@ DASHBOARD = Path(__file__).resolve().parents[2] / "deploy" / "grafana" / "pilake
 
 
 def _registered_names() -> set[str]:
-    """Every series name the three metric modules export, as collected from their registries."""
+    """Every series name the four metric modules export, as collected from their registries."""
     from pi_ingest import _metrics as ingest_metrics
     from pi_jobs.stream import _metrics as stream_metrics
     from pi_loader.delivery import _metrics as loader_metrics
+    from pi_train._live_metrics import LiveMetrics
 
     # registered by a running worker only; describe() names its families without a broker
     lag = stream_metrics.LagCollector(
         bootstrap_servers="127.0.0.1:1", topic="t", client_options={}, offsets=lambda: {}
     )
     names = set()
-    families = [
-        *ingest_metrics.REGISTRY.collect(),
-        *stream_metrics.REGISTRY.collect(),
-        *loader_metrics.REGISTRY.collect(),
-        *lag.describe(),
-    ]
+    with LiveMetrics(port=_free_port(), rank=0, global_batch=1) as trainer:  # a run's registry
+        families = [
+            *ingest_metrics.REGISTRY.collect(),
+            *stream_metrics.REGISTRY.collect(),
+            *loader_metrics.REGISTRY.collect(),
+            *lag.describe(),
+            *trainer.registry.collect(),
+        ]
     for family in families:
         names.add(family.name + "_total" if family.type == "counter" else family.name)
     return names
@@ -50,9 +53,10 @@ def test_dashboard_queries_use_exactly_the_registered_names() -> None:
     from pi_ingest._metrics import METRIC_NAMES as INGEST
     from pi_jobs.stream._metrics import METRIC_NAMES as STREAM
     from pi_loader.delivery._metrics import METRIC_NAMES as LOADER
+    from pi_train._live_metrics import METRIC_NAMES as TRAIN
 
     registered = _registered_names()
-    declared = set(INGEST) | set(STREAM) | set(LOADER)
+    declared = set(INGEST) | set(STREAM) | set(LOADER) | set(TRAIN)
     assert declared == registered  # the modules' name lists are what they really export
     doc = json.loads(DASHBOARD.read_text())
     exprs = [t["expr"] for p in doc["panels"] for t in p.get("targets", [])]
