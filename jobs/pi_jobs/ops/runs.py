@@ -312,8 +312,9 @@ def read_run_dir(out_dir: str) -> TrainingRun:
             state["run_id"] = lineage["run_id"]
             run_row(lineage, state)  # validates the status and the numbers
         except (ValueError, TypeError, KeyError) as err:
+            detail = f"missing {err}" if isinstance(err, KeyError) else str(err)
             raise RunRecordError(
-                f"{out / RUN_FILE} is not a readable run record ({err}); move it away"
+                f"{out / RUN_FILE} is not a readable run record ({detail}); move it away"
             ) from err
     if state is None:
         changed = int(path.stat().st_mtime_ns)
