@@ -195,3 +195,34 @@ def test_unknown_pins_missing_checkpoints_and_empty_splits_say_what_to_do(
     with pytest.raises(PiTrainError, match="covers all 2 episodes"):
         pin = {"dataset": "eval-held", "catalog": str(tmp_path / "catalog")}  # a lake pin: no catalog read
         train(_config(train_lake, tmp_path / "c", eval_fraction=None, eval_dataset="eval-held", **pin))
+
+
+def test_a_resumed_run_logs_the_evals_of_a_run_that_never_stopped(
+    trained: Path, train_lake: FakeLake, tmp_path: Path
+) -> None:
+    out = tmp_path / "resumed"
+    train(_config(train_lake, out, steps=3))  # checkpoints at 2 and 3; evals at 2 and 3
+    assert [r["step"] for r in _evals(out)] == [2, 3]
+    train(_config(train_lake, out, steps=4, resume=True))  # the step-3 eval stays: it was real
+    assert [r["step"] for r in _evals(out)] == [2, 3, 4]
+    assert [_evals(out)[i] for i in (0, 2)] == _evals(trained)
+
+
+def test_jax_runs_evaluate_and_their_orbax_checkpoints_score_offline(
+    trained: Path, train_lake: FakeLake, tmp_path: Path
+) -> None:
+    out = tmp_path / "jax"
+    pin = {"eval_fraction": None, "eval_dataset": "eval-val"}
+    train(_config(train_lake, out, framework="jax", device="cpu", **pin))
+    split = json.loads((out / "eval_split.json").read_text())
+    assert split["dataset"] == "eval-val" and split["train"] == ["ep-002", "ep-003"]
+    last = _evals(out)[-1]
+    assert last["step"] == 4 and last["samples"] == 6
+    step_dir = out / "checkpoints" / "4"
+    report = evaluate_checkpoint(
+        EvalConfig(
+            checkpoint=str(step_dir), lake=train_lake.layout.root, dataset="eval-val", samples=6, plot=False
+        )
+    )
+    assert report["framework"] == "jax" and report["step"] == 4
+    assert report["loss"] == pytest.approx(last["eval_loss"], rel=1e-5)
