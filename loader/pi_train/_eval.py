@@ -231,7 +231,10 @@ class EvalDuringTraining:
         }
         self._log.write(record)
         self.last = record
-        print(f"step {step}  eval loss {record['eval_loss']:.4f} on {record['samples']} held-out samples")
+        print(
+            f"step {step}  eval loss {record['eval_loss']:.4f} on {record['samples']} held-out samples",
+            flush=True,
+        )
         return record
 
     def close(self) -> None:
