@@ -9,11 +9,12 @@ from __future__ import annotations
 import importlib.metadata
 import json
 import logging
+import time
 from pathlib import Path
 from typing import Any
 
 import pytest
-from pi_catalog import Catalog, training_runs
+from pi_catalog import Catalog, _engine, training_runs
 from pi_format.lake import PinStore
 from pi_jobs.cli import main
 from pi_jobs.ops.runs import RecorderOptions, RunRecorder, RunRecordError, read_run_dir
@@ -73,6 +74,9 @@ def test_pilake_train_records_its_run_and_runs_and_dataset_show_list_it(
     pin = PinStore(lake.layout).get("pick-v1")
     out = env / "run1"
     assert main(["train", "--dataset", "pick-v1", *TRAIN, "--out", str(out)]) == 0
+    # the training process never opened the embedded catalog: a child process wrote the rows
+    current = _engine._current
+    assert current is None or current.path != str(env / "catalog")
     (run,) = _json(capsys, ["runs", "--json"])
     assert run["status"] == "finished" and run["out_dir"] == str(out.resolve())
     (read,) = run["pins"]
@@ -149,9 +153,23 @@ def test_a_corrupt_lineage_file_is_refused_clearly_and_the_good_run_beside_it_is
     assert main(["runs", "--rebuild", str(good)]) == 0
     assert [r.run_id for r in training_runs(Catalog(str(env / "catalog")))] == ["good-1"]
 
-    # a recorder meets the same file: it warns and records the run without its pins
-    recorder = RunRecorder(RecorderOptions(catalog=str(env / "catalog"), out_dir=str(bad), run_id="bad-1"))
-    with recorder:
+
+def test_a_recorder_meeting_a_corrupt_lineage_file_warns_and_records_the_run_without_pins(env: Path) -> None:
+    bad = env / "bad"
+    bad.mkdir()
+    (bad / "lineage.json").write_bytes(b"\xff\xfe\x00garbage")
+    options = RecorderOptions(catalog=str(env / "catalog"), out_dir=str(bad), run_id="bad-1", heartbeat_s=0.1)
+    catalog = Catalog(str(env / "catalog"))
+    with RunRecorder(options) as recorder:
+        (first,) = training_runs(catalog, run_id="bad-1")
+        beats = {first.heartbeat_at_ns}
+        for _ in range(600):  # the heartbeat thread records again (each write is a child process)
+            beats |= {r.heartbeat_at_ns for r in training_runs(catalog, run_id="bad-1")}
+            if len(beats) > 1:
+                break
+            time.sleep(0.1)
+        assert len(beats) > 1
+        catalog.close()  # hand the path back to the recorder's writer
         recorder.finish("failed")
     assert any("lineage" in w for w in recorder.warnings)
     (row,) = training_runs(Catalog(str(env / "catalog")), run_id="bad-1")

@@ -33,23 +33,29 @@ from typing import Any
 
 from pi_catalog import Catalog, TrainingRun, record_run_reads, record_training_run
 
-from pi_jobs.errors import PiJobsError
+from pi_jobs.ops._run_files import RUN_FILE, RUN_FORMAT, RunRecordError, read_pairs, read_run_dir, run_row
+from pi_jobs.ops._run_writer import RunReads, write_run
+
+__all__ = [
+    "HEARTBEAT_S",
+    "RUN_FILE",
+    "RecorderOptions",
+    "RunRecordError",
+    "RunRecorder",
+    "final_status",
+    "new_run_id",
+    "read_run_dir",
+    "rebuild_runs",
+    "record_run",
+    "recorded_run_id",
+    "run_row",
+]
 
 log = logging.getLogger(__name__)
 
 # Between heartbeats of a running run. pi_catalog.LIVE_WINDOW_S (600 s) is twenty of them: a
 # catalog that is busy for minutes (a rebuild, a handover) does not make a live run look dead.
 HEARTBEAT_S = 30.0
-RUN_FILE = "run.json"
-RUN_FORMAT = "pilake.run/1"
-
-
-class RunRecordError(PiJobsError):
-    """An out dir whose run files cannot be read (`pilake runs --rebuild`).
-
-    Example:
-        >>> raise RunRecordError("runs/exp1/lineage.json is not a readable lineage record ...")
-    """
 
 
 def new_run_id(out_dir: str) -> str:
@@ -101,50 +107,6 @@ class RecorderOptions:
                 raise ValueError(f"{name} must be an int >= 1, got {value!r}")
 
 
-def _pairs(out: Path) -> tuple[list[str], list[str]] | None:
-    """Every (episode_id, attempt_id) the run in `out` reads, from its pinned selection."""
-    snapshots: list[dict[str, Any]] = []
-    if (out / "mixture.json").exists():
-        snapshots = [s["snapshot"] for s in json.loads((out / "mixture.json").read_text())["sources"]]
-    elif (out / "snapshot.json").exists():
-        snapshots = [json.loads((out / "snapshot.json").read_text())]
-    else:
-        return None
-    pairs = {
-        (str(e), str(a)) for s in snapshots for e, a in zip(s["episode_ids"], s["attempt_ids"], strict=True)
-    }
-    ordered = sorted(pairs)
-    return [e for e, _ in ordered], [a for _, a in ordered]
-
-
-def run_row(
-    lineage: dict[str, Any] | None,
-    state: dict[str, Any],
-) -> TrainingRun:
-    """The catalog row of a run from its lineage record (None before the trainer wrote it) and
-    its `run.json` state ({run_id, status, started_at_ns, heartbeat_at_ns, finished_at_ns, ...})."""
-    pins = (lineage or {}).get("pins") or []
-    code = (lineage or {}).get("code") or {}
-    first_versions = pins[0].get("table_versions") if pins else {}
-    return TrainingRun(
-        run_id=str(state["run_id"]),
-        status=str(state["status"]),
-        started_at_ns=int((lineage or {}).get("started_at_ns") or state["started_at_ns"]),
-        heartbeat_at_ns=int(state["heartbeat_at_ns"]),
-        finished_at_ns=int(state.get("finished_at_ns") or 0),
-        out_dir=str((lineage or {}).get("out_dir") or state.get("out_dir") or ""),
-        pin_names=tuple(str(p.get("name") or "") for p in pins),
-        content_hashes=tuple(str(p.get("content_hash") or "") for p in pins),
-        pins=json.dumps(pins, sort_keys=True),
-        table_versions=json.dumps(first_versions or {}, sort_keys=True),
-        code_version=str(code.get("package") or "unknown"),
-        git_commit=str(code.get("git_commit") or "unknown"),
-        host_count=int((lineage or {}).get("host_count") or state.get("host_count") or 1),
-        world_size=int((lineage or {}).get("world_size") or state.get("world_size") or 1),
-        framework=str((lineage or {}).get("framework") or state.get("framework") or ""),
-    )
-
-
 class RunRecorder:
     """Registers a run in the catalog, heartbeats it from a thread and records how it ended.
 
@@ -161,7 +123,7 @@ class RunRecorder:
         self.options = options
         self._clock = clock
         self._out = Path(options.out_dir)
-        self._catalog = Catalog(options.catalog) if options.catalog else None
+        self._catalog = options.catalog
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
@@ -242,13 +204,12 @@ class RunRecorder:
         if self._catalog is None:
             return
         try:
-            record_training_run(self._catalog, run_row(lineage, self._state))
             opened = int(lineage.get("opened_at_ns") or 0) if lineage else None
-            if opened and opened != self._reads_recorded_for:
-                pairs = _pairs(self._out)
-                if pairs is not None:
-                    record_run_reads(self._catalog, self._state["run_id"], *pairs, at_ns=self._clock())
-                    self._reads_recorded_for = opened
+            pairs = read_pairs(self._out) if opened and opened != self._reads_recorded_for else None
+            reads = None if pairs is None else RunReads(pairs[0], pairs[1], at_ns=self._clock())
+            write_run(self._catalog, run_row(lineage, self._state), reads)
+            if reads is not None:
+                self._reads_recorded_for = opened
             if self._failing:
                 log.warning("pilake train: run lineage recorded in the catalog again")
             self._failing = False
@@ -276,65 +237,6 @@ class RunRecorder:
         log.warning("pilake train: %s", message)
 
 
-def read_run_dir(out_dir: str) -> TrainingRun:
-    """The run recorded in `out_dir` (its lineage.json, and run.json when a recorder wrote one).
-
-    Without run.json (a run started by torchrun, not `pilake train`) the status is told from the
-    out dir: summary.json says finished (or preempted, when it records a stop); otherwise the
-    run is "failed" unless lineage.json changed within the live window (then "running").
-
-    Raises:
-        RunRecordError: no lineage.json, or one that cannot be read (the message says which).
-
-    Example:
-        >>> read_run_dir("runs/exp1").pin_names
-        ('pick-v3',)
-    """
-    from pi_catalog import LIVE_WINDOW_S
-    from pi_train import LineageError, read_lineage
-
-    out = Path(out_dir)
-    path = out / "lineage.json"
-    try:
-        lineage = read_lineage(path)
-    except FileNotFoundError as err:
-        raise RunRecordError(
-            f"{out} holds no lineage.json: it is no pi_train out dir (or one too old)"
-        ) from err
-    except LineageError as err:
-        raise RunRecordError(str(err)) from err
-    state: dict[str, Any] | None = None
-    if (out / RUN_FILE).exists():
-        try:
-            state = json.loads((out / RUN_FILE).read_text())
-            if not isinstance(state, dict) or state.get("format") != RUN_FORMAT:
-                raise ValueError(f"not a {RUN_FORMAT} record")
-            state["run_id"] = lineage["run_id"]
-            run_row(lineage, state)  # validates the status and the numbers
-        except (ValueError, TypeError, KeyError) as err:
-            detail = f"missing {err}" if isinstance(err, KeyError) else str(err)
-            raise RunRecordError(
-                f"{out / RUN_FILE} is not a readable run record ({detail}); move it away"
-            ) from err
-    if state is None:
-        changed = int(path.stat().st_mtime_ns)
-        status, finished = "failed", changed
-        if (out / "summary.json").exists():
-            summary = json.loads((out / "summary.json").read_text())
-            status = "preempted" if summary.get("stopped") else "finished"
-            finished = int((out / "summary.json").stat().st_mtime_ns)
-        elif time.time_ns() - changed <= LIVE_WINDOW_S * 1e9:
-            status, finished = "running", 0
-        state = {
-            "run_id": lineage["run_id"],
-            "status": status,
-            "started_at_ns": lineage.get("started_at_ns") or changed,
-            "heartbeat_at_ns": finished or changed,
-            "finished_at_ns": finished,
-        }
-    return run_row(lineage, state)
-
-
 def rebuild_runs(catalog: Catalog, out_dirs: list[str]) -> list[TrainingRun]:
     """Record the runs of `out_dirs` in `catalog` again (with the pairs each reads).
 
@@ -349,7 +251,7 @@ def rebuild_runs(catalog: Catalog, out_dirs: list[str]) -> list[TrainingRun]:
     reads = []
     for out_dir in out_dirs:
         try:
-            reads.append(_pairs(Path(out_dir)))
+            reads.append(read_pairs(Path(out_dir)))
         except (ValueError, KeyError, TypeError) as err:
             raise RunRecordError(
                 f"{out_dir}: its snapshot.json / mixture.json cannot be read ({type(err).__name__}: {err})"
