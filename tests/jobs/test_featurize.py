@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from typing import Any
 
 import numpy as np
 import pytest
@@ -270,3 +271,34 @@ def test_first_failing_camera_in_order_is_reported_with_threads() -> None:
     with pytest.raises(ProtocolError, match="camera 'cam_b'") as info:
         _featurize(_episode(cameras=(good, bad_b, bad_c)), config)
     assert info.value.reason is QuarantineReason.BAD_VIDEO
+
+
+def _chunks(width: int, height: int, frames: int = 6) -> list[Any]:
+    from pi_format.video import ChunkedVideoEncoder
+
+    encoder = ChunkedVideoEncoder(
+        width=width, height=height, fps=10.0, chunk_frames=3, crf=20, keyframe_interval=1
+    )
+    out = []
+    for i in range(frames):
+        out.extend(encoder.add(np.full((height, width, 3), 20 * i, np.uint8)))
+    return out + encoder.close()
+
+
+def test_every_training_chunk_is_decoded_and_checked() -> None:
+    from pi_jobs.stream.featurize import _verify_chunks
+
+    config = FeaturizeConfig(video_width=64, video_height=48, chunk_frames=3)
+    good = _chunks(64, 48)
+    _verify_chunks("e", "cam", good, config)  # the right size and count: no error
+    bad = {
+        "another size": _chunks(32, 32),
+        "fewer frames than claimed": [dataclasses.replace(good[0], frame_count=4)],
+        "truncated": [dataclasses.replace(good[0], data=good[0].data[: len(good[0].data) // 3])],
+        "garbage": [dataclasses.replace(good[0], data=bytes(range(256)) * 8)],
+    }
+    for what, chunks in bad.items():
+        with pytest.raises(ProtocolError) as caught:
+            _verify_chunks("e", "cam", chunks, config)
+        assert caught.value.reason is QuarantineReason.BAD_VIDEO, what
+        assert "training chunk 0" in str(caught.value), what
