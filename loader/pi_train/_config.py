@@ -78,6 +78,9 @@ class TrainConfig:
         eval_samples: held-out samples scored each time (a fixed choice); None: all.
         metrics_port: serve live step-time metrics to Prometheus on this port plus the local
             rank while the run goes; 0: off (see `pi_train._live_metrics`).
+        cache_dir: the loader's disk cache for an s3:// lake (a local disk, the node's NVMe on
+            a cluster; shared by the host's processes); None: no cache (a local lake needs none).
+        cache_gib: the most the cache may hold, GiB (least recently used files are evicted).
 
     Raises:
         ValueError: an option out of range (the message names it).
@@ -132,6 +135,10 @@ class TrainConfig:
     eval_samples: int | None = 256
     # 0 (off), as the loader's endpoint: two runs on one host would otherwise fight over a port.
     metrics_port: int = 0
+    # None: a local lake is read in place; an s3:// lake needs one (pi_loader reads through it).
+    cache_dir: str | None = None
+    # 100 GiB: a few pins of camera data; size it to the node's NVMe and the selection.
+    cache_gib: float = 100.0
 
     def __post_init__(self) -> None:
         if not isinstance(self.lake, str) or not self.lake:
@@ -152,6 +159,14 @@ class TrainConfig:
         _positive_int("metrics_port", self.metrics_port, 0)
         if self.metrics_port > 65535:
             raise ValueError(f"metrics_port must be 0 (off) or a TCP port <= 65535, got {self.metrics_port}")
+        gib = self.cache_gib
+        if isinstance(gib, bool) or not isinstance(gib, int | float) or not 0 < gib < float("inf"):
+            raise ValueError(f"cache_gib must be a number of GiB > 0, got {self.cache_gib!r}")
+        if self.lake.startswith(("s3://", "s3a://")) and not self.cache_dir:
+            raise ValueError(
+                f"the s3:// lake {self.lake!r} is read through a local disk cache: pass cache_dir "
+                "(--cache-dir, a directory on a local disk such as the node's NVMe)"
+            )
         if self.threads is not None:
             _positive_int("threads", self.threads)
         if self.stop_after_s is not None and (

@@ -10,14 +10,16 @@ a `PiTrainError` before any data is opened, never a run without metrics nobody n
 Every series carries `rank`. Per step (the first step of each process is a warm-up, left out
 of the histograms as `_timing` leaves it out of the decomposition, and shown apart in
 `pilake_train_warmup_seconds`): `pilake_train_step_seconds{part}` is a histogram of each part of
-the step — data_wait, h2d, compute, checkpoint, eval, other and total — whose `_sum` per part over
+the step — data_wait, h2d, compute, checkpoint, other and total — whose `_sum` per part over
 `_sum{part="total"}` is the share of the step (the alert `PilakeTrainInputBound` reads that).
+`part="eval"` is observed once per evaluation (`--eval-every`; its `_count` counts evaluations):
+the loop evaluates between steps, so eval time is in no step's total.
 Throughput: `pilake_train_samples_total` (this rank's samples; `sum(rate(...))` is the global
 samples/s) and `pilake_train_samples_per_second` (the global batch over this rank's step time,
 over the last `log_every` steps). No MFU: the reference policy's FLOPs per sample are not counted
 anywhere and a CPU host has no peak to divide by, so a figure would be invented (samples/s only).
 
-Costs per step: a few histogram observations under a lock (microseconds); the figures are
+Costs per step: a few histogram observations (microseconds); the figures are
 rendered when scraped, on the server's thread.
 """
 
@@ -26,9 +28,9 @@ from __future__ import annotations
 import contextlib
 import math
 import os
-import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from types import TracebackType
+from typing import Any
 
 from pi_train._config import ProcessGroup, TrainConfig
 from pi_train._errors import PiTrainError
@@ -44,7 +46,7 @@ __all__ = [
     "metrics_port_of",
 ]
 
-# The parts of a step as exported: `_timing.PARTS` with eval apart from "other".
+# The parts as exported: `_timing.PARTS`, their total, and eval (once per evaluation, not per step).
 LIVE_PARTS: tuple[str, ...] = ("data_wait", "h2d", "compute", "checkpoint", "eval", "other", "total")
 # Seconds: from a 0.5 ms CPU step part (the reference model's h2d on this host) to a 10-minute
 # checkpoint of a large model; about 2.5x apart so a quantile is never off by more than that.
@@ -128,9 +130,7 @@ class LiveMetrics:
         self._per_rank_batch = global_batch // max(world_size, 1)
         self._window_steps = window_steps
         self._warmup_left = warmup_steps
-        self._eval_s = 0.0
         self._window = [0, 0.0]  # steps, seconds
-        self._lock = threading.Lock()
         r = self.registry
         self._parts = Histogram(
             "pilake_train_step_seconds",
@@ -178,16 +178,14 @@ class LiveMetrics:
             ) from err
         self.port = int(self._server.server_port)
 
-    def add_eval(self, seconds: float) -> None:
-        """Count `seconds` of evaluation in the next observed step's `eval` part (and out of its
-        `other`): call it where the loop runs an evaluation, before `observe`."""
-        with self._lock:
-            self._eval_s += max(float(seconds), 0.0)
+    def observe_eval(self, record: Mapping[str, Any] | None) -> None:
+        """Record one evaluation from its record (`pi_train._eval`'s, with `eval_s` seconds);
+        None (no evaluation at this step) records nothing."""
+        if record is not None:
+            self._parts.labels(self._rank, "eval").observe(max(float(record["eval_s"]), 0.0))
 
     def observe(self, step: int, times: StepTimes) -> None:
         """Record one finished step (`step` is the step reached)."""
-        with self._lock:
-            eval_s, self._eval_s = self._eval_s, 0.0
         rank = self._rank
         self._steps.labels(rank).inc()
         self._samples.labels(rank).inc(self._per_rank_batch)
@@ -197,8 +195,7 @@ class LiveMetrics:
             "h2d": times.h2d,
             "compute": times.compute,
             "checkpoint": times.checkpoint,
-            "eval": min(eval_s, times.other),
-            "other": max(times.other - eval_s, 0.0),
+            "other": times.other,
             "total": times.total,
         }
         if self._warmup_left > 0:
@@ -240,7 +237,7 @@ class MetricsOff:
 
     port = 0
 
-    def add_eval(self, seconds: float) -> None:
+    def observe_eval(self, record: Mapping[str, Any] | None) -> None:
         pass
 
     def observe(self, step: int, times: StepTimes) -> None:

@@ -37,6 +37,7 @@ from pi_train._lineage import checkpoint_lineage, run_lineage, write_lineage
 from pi_train._live_metrics import LiveMetrics, MetricsOff, live_metrics
 from pi_train._normalize import Normalization, normalization_stats
 from pi_train._split import eval_split
+from pi_train._stage import cache_config
 from pi_train._stop import StopRequest, deadline_from_env, record_stop, stop_checkpoint
 from pi_train._timing import StepTimer, StepTimes
 
@@ -95,6 +96,7 @@ def _open_dataset(config: TrainConfig, out: Path) -> Dataset | Mixture:
     if config.mix is not None:
         return _open_mixture(config, out, spec)
     arguments: dict[str, Any] = {"spec": spec, "seed": config.seed, "catalog": config.catalog}
+    arguments["cache"] = cache_config(config)  # the node-local disk cache of an s3:// lake
     pinned = out / "snapshot.json"
     if config.resume and pinned.exists():
         arguments["snapshot"] = Snapshot.load(str(pinned))
@@ -119,8 +121,9 @@ def _open_mixture(config: TrainConfig, out: Path, spec: SampleSpec) -> Mixture:
             Snapshot.from_json(json.dumps(recorded[n]["snapshot"])) if recorded else name
         )
         ds = Dataset.shared(
-            config.lake, snapshot=snapshot, spec=spec, seed=config.seed, catalog=config.catalog
-        )
+            config.lake, snapshot=snapshot, spec=spec, seed=config.seed, catalog=config.catalog,
+            cache=cache_config(config),
+        )  # fmt: skip
         sources.append((ds, weight))
     return Mixture(sources, names=[name for name, _ in config.mix], seed=config.seed)
 
@@ -356,7 +359,7 @@ def _run(
                         f"{window['samples_per_s']:.1f} samples/s  {window['verdict']}",
                         flush=True,
                     )
-            evaluator.after_step(backend, step, config.steps)  # every eval_every (pi_train._eval)
+            live.observe_eval(evaluator.after_step(backend, step, config.steps))  # every eval_every
             if on_step is not None:
                 on_step(step, loss)
         summary = timer.summary(step)

@@ -4,13 +4,13 @@ port with a message naming it and the fix, before it opens any data."""
 
 from __future__ import annotations
 
+import os
 import socket
 import urllib.error
 import urllib.request
 from pathlib import Path
 from typing import Any
 
-import psutil
 import pytest
 from pi_jobs.cli import build_parser
 from pi_jobs.cli._train import train_config_from_args
@@ -42,9 +42,23 @@ def _config(lake: FakeLake, out: Path, **options: Any) -> TrainConfig:
 
 
 def _listening_ports() -> set[int]:
-    return {
-        c.laddr.port for c in psutil.Process().net_connections(kind="tcp") if c.status == psutil.CONN_LISTEN
-    }
+    """TCP ports this process listens on (its socket inodes in /proc/net/tcp{,6}, state 0A)."""
+    fds = Path("/proc/self/fd")
+    inodes = set()
+    for fd in fds.iterdir():
+        try:
+            target = os.readlink(fd)
+        except OSError:
+            continue
+        if target.startswith("socket:["):
+            inodes.add(target[8:-1])
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        for line in Path(table).read_text().splitlines()[1:]:
+            fields = line.split()
+            if fields[3] == "0A" and fields[9] in inodes:
+                ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports
 
 
 def _part(samples: Samples, suffix: str, part: str, **labels: str) -> float:
@@ -57,10 +71,12 @@ def test_a_run_serves_its_step_times_while_it_trains(train_lake: FakeLake, tmp_p
     scrapes: dict[int, Samples] = {}
 
     def on_step(step: int, loss: float) -> None:
-        if step in (3, 5):
+        if step in (3, 5, 6):
             scrapes[step] = scrape(port)
 
-    result = train(_config(train_lake, tmp_path / "run", metrics_port=port), on_step=on_step)
+    # one of the 4 episodes held out, scored at steps 3 and 6
+    config = _config(train_lake, tmp_path / "run", metrics_port=port, eval_fraction=0.25, eval_every=3)
+    result = train(config, on_step=on_step)
     assert result.step == 6
     mid, later = scrapes[3], scrapes[5]
     rank = (("rank", "0"),)
@@ -72,12 +88,16 @@ def test_a_run_serves_its_step_times_while_it_trains(train_lake: FakeLake, tmp_p
     # the first step is the warm-up: out of the histograms, shown apart
     assert _part(mid, "count", "total") == 2 and _part(later, "count", "total") == 4
     assert mid[("pilake_train_warmup_seconds", (("part", "total"), ("rank", "0")))] > 0
-    for part in LIVE_PARTS:
+    # evaluations are observed one by one (between steps, in no step's total)
+    assert [_part(scrapes[s], "count", "eval") for s in (3, 5, 6)] == [1, 1, 2]
+    assert _part(scrapes[6], "sum", "eval") > _part(mid, "sum", "eval") > 0
+    for part in set(LIVE_PARTS) - {"eval"}:
         assert _part(later, "count", part) == 4
+    for part in LIVE_PARTS:
         counts = [_part(later, "bucket", part, le=_le(b)) for b in BUCKETS]
-        assert counts == sorted(counts) and counts[-1] == 4, (part, counts)
+        assert counts == sorted(counts) and counts[-1] == _part(later, "count", part), (part, counts)
     # the parts add up to the total, which grows between scrapes
-    parts = sum(_part(later, "sum", p) for p in LIVE_PARTS if p != "total")
+    parts = sum(_part(later, "sum", p) for p in LIVE_PARTS if p not in ("total", "eval"))
     assert parts == pytest.approx(_part(later, "sum", "total"), rel=1e-6)
     assert _part(later, "sum", "total") > _part(mid, "sum", "total") > 0
     assert _part(mid, "sum", "checkpoint") > 0  # step 3 wrote a checkpoint

@@ -78,6 +78,8 @@ def train_config_from_args(settings: Settings, args: argparse.Namespace) -> Any:
         device=args.device,
         **eval_options(args),
         metrics_port=args.metrics_port,
+        cache_dir=args.cache_dir,
+        cache_gib=args.cache_gib,
     )
 
 
@@ -107,6 +109,21 @@ def _cmd_train_recorded(settings: Settings, args: argparse.Namespace) -> int:
     world = args.nproc * hosts
     config = train_config_from_args(settings, args)
     return record_run(config, lambda: _cmd_train(settings, args), world_size=world, host_count=hosts)
+
+
+def _cmd_stage_or_train(settings: Settings, args: argparse.Namespace) -> int:
+    """`--stage`: read the run's selection into its cache and exit (pi_train._stage); else train."""
+    if not args.stage:
+        return _cmd_train_recorded(settings, args)
+    from pi_train._stage import stage
+
+    config = train_config_from_args(settings, args)
+    report = stage(config)
+    print(
+        f"pilake train --stage: read {report['samples']} samples of {report['episodes']} episodes in "
+        f"{report['seconds']} s into the cache {config.cache_dir or '(none: a local lake)'}"
+    )
+    return 0
 
 
 def add_commands(sub: argparse._SubParsersAction) -> None:
@@ -167,6 +184,15 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         default=0,
         help="serve live step-time metrics to Prometheus on this port (+ the local rank); 0: off",
     )
+    p.add_argument(
+        "--cache-dir", default=None, help="the loader's disk cache on a local disk (needed for an s3:// lake)"
+    )
+    p.add_argument("--cache-gib", type=float, default=100.0, help="the most the cache may hold, GiB")
+    p.add_argument(
+        "--stage",
+        action="store_true",
+        help="read the selection once into --cache-dir and exit, without training (an init step)",
+    )
     p.add_argument("--lake", default=None, help="default: $PILAKE_LAKE or .pilake/lake")
     p.add_argument("--catalog", default=None, help="default: $PILAKE_CATALOG or .pilake/catalog")
-    p.set_defaults(func=_cmd_train_recorded)
+    p.set_defaults(func=_cmd_stage_or_train)
