@@ -185,3 +185,19 @@ def test_a_corrupt_run_json_is_refused_clearly(env: Path) -> None:
         RunRecordError, match=r"run\.json is not a readable run record \(missing \'started_at_ns\'\)"
     ):
         read_run_dir(str(out))
+
+
+def test_runs_shows_a_running_run_without_a_fresh_heartbeat_as_lost() -> None:
+    from pi_catalog import LIVE_WINDOW_S, TrainingRun
+    from pi_jobs.cli._runs import run_dicts
+
+    now = time.time_ns()
+    old = now - int((LIVE_WINDOW_S + 1) * 1e9)
+    runs = [
+        TrainingRun(run_id="fresh", status="running", started_at_ns=old, heartbeat_at_ns=now),
+        TrainingRun(run_id="dead", status="running", started_at_ns=old, heartbeat_at_ns=old),
+        TrainingRun(
+            run_id="done", status="finished", started_at_ns=old, heartbeat_at_ns=old, finished_at_ns=old
+        ),
+    ]
+    assert [r["status"] for r in run_dicts(runs, now)] == ["running", "lost", "finished"]
