@@ -11,7 +11,7 @@ import os
 from collections.abc import Mapping
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Any, Literal
+from typing import Literal
 
 from pi_loader import default_num_workers
 
@@ -285,7 +285,8 @@ class ProcessGroup:
 
     Example:
         >>> ProcessGroup.from_env({"RANK": "1", "WORLD_SIZE": "2", "MASTER_PORT": "29500"})
-        ProcessGroup(rank=1, world_size=2, address='127.0.0.1', port=29500, local_world_size=1)
+        ProcessGroup(rank=1, world_size=2, address='127.0.0.1', port=29500, local_world_size=1,
+                     node_rank=1, rendezvous_timeout_s=300.0)
     """
 
     rank: int = 0
@@ -293,6 +294,9 @@ class ProcessGroup:
     address: str = "127.0.0.1"
     port: int = 29500
     local_world_size: int = 1
+    # multi-host runs (pi_train._hosts): this host's rank, and how long to wait for the others
+    node_rank: int = 0
+    rendezvous_timeout_s: float = 300.0
 
     def __post_init__(self) -> None:
         _positive_int("world_size", self.world_size)
@@ -301,6 +305,7 @@ class ProcessGroup:
             raise ValueError(f"rank must be < world_size={self.world_size}, got {self.rank}")
         _positive_int("port", self.port)
         _positive_int("local_world_size", self.local_world_size)
+        _positive_int("node_rank", self.node_rank, 0)
 
     @property
     def distributed(self) -> bool:
@@ -308,18 +313,7 @@ class ProcessGroup:
 
     @classmethod
     def from_env(cls, environ: Mapping[str, str] | None = None) -> ProcessGroup:
-        env: Mapping[str, Any] = os.environ if environ is None else environ
-        try:
-            return cls(
-                rank=int(env.get("RANK", "0")),
-                world_size=int(env.get("WORLD_SIZE", "1")),
-                address=str(env.get("MASTER_ADDR", "127.0.0.1")),
-                port=int(env.get("MASTER_PORT", "29500")),
-                local_world_size=int(env.get("LOCAL_WORLD_SIZE", "1")),
-            )
-        except ValueError as err:
-            raise ValueError(
-                "RANK, WORLD_SIZE, MASTER_PORT and LOCAL_WORLD_SIZE must be integers, got "
-                f"{env.get('RANK')!r}, {env.get('WORLD_SIZE')!r}, {env.get('MASTER_PORT')!r}, "
-                f"{env.get('LOCAL_WORLD_SIZE')!r}: {err}"
-            ) from err
+        """From torchrun's variables; see `pi_train._hosts.group_from_env` (ValueError names a bad one)."""
+        from pi_train._hosts import group_from_env
+
+        return group_from_env(environ)

@@ -42,6 +42,7 @@ from pi_train._backend import (
 )
 from pi_train._config import ProcessGroup, TrainConfig
 from pi_train._errors import CheckpointError
+from pi_train._hosts import host_record, jax_initialize
 from pi_train._normalize import Normalization
 
 
@@ -104,7 +105,7 @@ class JaxBackend:
         if self._config.device == "cpu":
             jax.config.update("jax_platforms", "cpu")
         if g.distributed and not jax.distributed.is_initialized():
-            jax.distributed.initialize(f"{g.address}:{g.port}", num_processes=g.world_size, process_id=g.rank)
+            jax_initialize(g, host_record(self._config, g))  # bounded and checked (pi_train._hosts)
         devices = jax.devices()
         if self._config.device == "cuda" and devices[0].platform != "gpu":
             raise ValueError(f"device='cuda' but JAX runs on {devices[0].platform}; install jax[cuda]")

@@ -1,8 +1,9 @@
 """`launch`: a data-parallel run of N local processes, each `python -m pi_train CONFIG.json`.
 
-Each process gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR,
-MASTER_PORT), so the same config also runs under `torchrun --nproc-per-node N -m pi_train
-CONFIG.json` or a cluster launcher that sets them. If one process fails, the others are stopped: a synchronous
+Each process gets torchrun's variables (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
+GROUP_RANK, MASTER_ADDR, MASTER_PORT; several hosts: one `launch` per host with its node rank),
+so the same config also runs under `torchrun --nproc-per-node N -m pi_train CONFIG.json` or a
+cluster launcher that sets them. If one process fails, the others are stopped: a synchronous
 data-parallel run cannot go on without it, and they would wait in a collective until timeout.
 
 A SIGTERM to the launcher (what Kubernetes sends to a container's first process) is passed on
@@ -24,6 +25,7 @@ from pathlib import Path
 
 from pi_train._config import TrainConfig
 from pi_train._files import atomic_write
+from pi_train._hosts import DEFAULT_TIMEOUT_S, HostPlan
 from pi_train._stop import StopRequest
 
 
@@ -41,8 +43,18 @@ def launch(
     env: Mapping[str, str] | None = None,
     python: str = sys.executable,
     module: str = "pi_train",
+    nnodes: int = 1,
+    node_rank: int = 0,
+    master_addr: str = "127.0.0.1",
+    master_port: int | None = None,
+    rendezvous_timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> int:
     """Run `config` in `nproc` local processes (ranks 0..nproc-1) and wait for them.
+
+    With `nnodes` > 1 this host is host `node_rank` of a multi-host run: its processes are
+    ranks node_rank x nproc .. + nproc-1 of nnodes x nproc, and join the others at
+    `master_addr:master_port` (host 0's address and a free port there; the same on every host)
+    within `rendezvous_timeout_s` (see `pi_train._hosts`).
 
     Writes `<out_dir>/config.json` and starts each rank with it (`python -m MODULE CONFIG.json`;
     `module` is pi_train's entry point unless a wrapper of `pi_train.train` is given). Returns 0
@@ -55,21 +67,15 @@ def launch(
     """
     if isinstance(nproc, bool) or not isinstance(nproc, int) or nproc < 1:
         raise ValueError(f"nproc must be an int >= 1, got {nproc!r}")
+    plan = HostPlan(nnodes, node_rank, nproc, master_addr, master_port, rendezvous_timeout_s)
     path = Path(config.out_dir) / "config.json"
     text = config.to_json().encode()
     atomic_write(path, lambda f: f.write(text))
-    port = free_port()
+    port = plan.master_port if plan.master_port is not None else free_port()
     base = dict(os.environ if env is None else env)
     procs = []
     for rank in range(nproc):
-        rank_env = dict(
-            base,
-            RANK=str(rank),
-            WORLD_SIZE=str(nproc),
-            LOCAL_WORLD_SIZE=str(nproc),
-            MASTER_ADDR="127.0.0.1",
-            MASTER_PORT=str(port),
-        )
+        rank_env = dict(base, **plan.rank_env(rank, port))
         procs.append(subprocess.Popen([python, "-m", module, str(path)], env=rank_env))
     failed = 0
     stop = StopRequest()  # its handler only notes the signal; this loop passes it on

@@ -33,6 +33,7 @@ from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig, loader_wor
 from pi_train._errors import CheckpointError, PiTrainError
 from pi_train._eval import start_eval
 from pi_train._files import JsonlLog, atomic_write
+from pi_train._hosts import agree_on_latest
 from pi_train._lineage import checkpoint_lineage, run_lineage, write_lineage
 from pi_train._live_metrics import LiveMetrics, MetricsOff, live_metrics
 from pi_train._normalize import Normalization, normalization_stats
@@ -176,7 +177,8 @@ def _policy_shape(ds: Dataset | Mixture, config: TrainConfig, norm: Normalizatio
 
 def _resume(backend: Backend, config: TrainConfig, group: ProcessGroup, loader: Loader) -> int:
     directory = config.checkpoints
-    latest = backend.latest(directory)
+    # the same newest step on every host (a shared checkpoint_dir), else CheckpointError
+    latest = agree_on_latest(backend.all_gather_json, backend.latest(directory), directory)
     if not config.resume:
         if latest is not None:
             raise CheckpointError(

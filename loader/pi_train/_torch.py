@@ -34,6 +34,7 @@ from pi_train._backend import (
 from pi_train._config import ProcessGroup, TrainConfig, compute_threads
 from pi_train._errors import CheckpointError
 from pi_train._files import atomic_write
+from pi_train._hosts import host_record, torch_store
 from pi_train._normalize import Normalization
 
 CHECKPOINT_FORMAT = "pi_train.torch_checkpoint/1"
@@ -129,7 +130,8 @@ class TorchBackend:
         if g.distributed and not dist.is_initialized():
             dist.init_process_group(
                 "nccl" if self._device.type == "cuda" else "gloo",
-                init_method=f"tcp://{g.address}:{g.port}",
+                # joined and checked within g.rendezvous_timeout_s (pi_train._hosts), not a hang
+                store=torch_store(g, host_record(self._config, g)),
                 rank=g.rank,
                 world_size=g.world_size,
                 timeout=timedelta(minutes=10),

@@ -74,7 +74,7 @@ def test_process_group_from_torchrun_variables() -> None:
     assert group.distributed and not ProcessGroup.from_env({}).distributed
     with pytest.raises(ValueError, match="rank must be < world_size=2, got 2"):
         ProcessGroup(rank=2, world_size=2)
-    with pytest.raises(ValueError, match="must be integers"):
+    with pytest.raises(ValueError, match="RANK must be a whole number"):
         ProcessGroup.from_env({"RANK": "one"})
 
 

@@ -1,5 +1,6 @@
 """Child of the trainer tests: `python -m tests.train.train_child CONFIG.json [HANG_AT | STEP:SECONDS]`,
-or `... --launch N CONFIG.json` (a launcher of N such children, as `pilake train --nproc N`).
+or `... --launch N CONFIG.json [NNODES NODE_RANK MASTER_PORT]` (a launcher of N such children,
+as `pilake train --nproc N [--nnodes --node-rank --master-port]`).
 
 Trains as `python -m pi_train CONFIG.json` does; with HANG_AT it stops after that step (its log
 line written, its checkpoint if due taken, the loader's next batches in flight in its workers)
@@ -24,6 +25,13 @@ PACE_ENV = "TRAIN_CHILD_PACE_S"
 def main(argv: list[str]) -> int:
     if argv and argv[0] == "--launch":
         config = TrainConfig.from_json(Path(argv[2]).read_text())
+        # host arguments (a multi-host run, one launcher per host): NNODES NODE_RANK MASTER_PORT
+        if len(argv) > 3:
+            nnodes, node_rank, port = map(int, argv[3:6])
+            return launch(
+                config, int(argv[1]), module="tests.train.train_child", nnodes=nnodes, node_rank=node_rank,
+                master_port=port,
+            )  # fmt: skip
         return launch(config, int(argv[1]), module="tests.train.train_child")
     config = TrainConfig.from_json(Path(argv[0]).read_text())
     hang_at, pause_at, pause_s = 0, 0, 0.0

@@ -87,8 +87,9 @@ def _cmd_train(settings: Settings, args: argparse.Namespace) -> int:
     from pi_train import launch, train
 
     config = train_config_from_args(settings, args)
-    if args.nproc > 1:
-        return int(launch(config, args.nproc))
+    if args.nproc > 1 or args.nnodes > 1:  # this is host --node-rank (docs/training-multihost.md)
+        hosts = {k: getattr(args, k) for k in ("nnodes", "node_rank", "master_addr", "master_port")}
+        return int(launch(config, args.nproc, rendezvous_timeout_s=args.rendezvous_timeout, **hosts))
     result = train(config)
     if result.stopped is not None:  # SIGTERM or a deadline: checkpointed, and that is success
         print(f"pilake train: stopped by {result.stopped['reason']} at step {result.step} of {config.steps}")
@@ -153,6 +154,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         help="pi_loader worker processes per process (default: the host's cores less two)",
     )
     p.add_argument("--nproc", type=int, default=1, help="data-parallel processes on this host")
+    p.add_argument("--nnodes", type=int, default=1, help="hosts in the run (one pilake train per host)")
+    p.add_argument("--node-rank", type=int, default=0, help="this host, 0..nnodes-1 (host 0 coordinates)")
+    p.add_argument("--master-addr", default="127.0.0.1", help="host 0's address, as every host reaches it")
+    p.add_argument("--master-port", type=int, default=None, help="rendezvous port on host 0 (with --nnodes)")
+    p.add_argument(
+        "--rendezvous-timeout", type=float, default=300.0, help="seconds to wait for every host, then fail"
+    )
     p.add_argument(
         "--out", default=None, help="logs, timing.png, summary.json (default .pilake/runs/train-FRAMEWORK)"
     )
