@@ -25,11 +25,13 @@ from pi_train._errors import CheckpointError, EvalError, PiTrainError
 from pi_train._eval_offline import EvalConfig, evaluate_checkpoint
 from pi_train._eval_report import format_eval, plot_eval
 from pi_train._files import read_jsonl
+from pi_train._hosts import HostPlan
 from pi_train._launch import launch
 from pi_train._lineage import RUN_ID_ENV, LineageError, code_version, read_lineage
 from pi_train._loop import TrainResult, batch_digest, train
 from pi_train._normalize import Normalization, normalization_stats
 from pi_train._plot import plot_timing
+from pi_train._rendezvous import RendezvousError
 from pi_train._split import SPLIT_SALT, held_out_ids, split_hash
 from pi_train._stop import DEADLINE_ENV, StopRequest, deadline_from_env
 from pi_train._timing import StepTimer, StepTimes, verdict
@@ -41,11 +43,13 @@ __all__ = [
     "CheckpointError",
     "EvalConfig",
     "EvalError",
+    "HostPlan",
     "LineageError",
     "Normalization",
     "PiTrainError",
     "PolicyShape",
     "ProcessGroup",
+    "RendezvousError",
     "StepTimer",
     "StepTimes",
     "StopRequest",

@@ -42,8 +42,8 @@ from pi_train._backend import (
 )
 from pi_train._config import ProcessGroup, TrainConfig
 from pi_train._errors import CheckpointError
-from pi_train._hosts import host_record, jax_initialize
 from pi_train._normalize import Normalization
+from pi_train._rendezvous import host_record, jax_initialize
 
 
 class CameraEncoder(nn.Module):

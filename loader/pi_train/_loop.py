@@ -33,10 +33,10 @@ from pi_train._config import MIN_IMAGE_PX, ProcessGroup, TrainConfig, loader_wor
 from pi_train._errors import CheckpointError, PiTrainError
 from pi_train._eval import start_eval
 from pi_train._files import JsonlLog, atomic_write
-from pi_train._hosts import agree_on_latest
 from pi_train._lineage import checkpoint_lineage, run_lineage, write_lineage
 from pi_train._live_metrics import LiveMetrics, MetricsOff, live_metrics
 from pi_train._normalize import Normalization, normalization_stats
+from pi_train._rendezvous import agree_on_latest
 from pi_train._split import eval_split
 from pi_train._stage import cache_config
 from pi_train._stop import StopRequest, deadline_from_env, record_stop, stop_checkpoint

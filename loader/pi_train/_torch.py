@@ -34,8 +34,8 @@ from pi_train._backend import (
 from pi_train._config import ProcessGroup, TrainConfig, compute_threads
 from pi_train._errors import CheckpointError
 from pi_train._files import atomic_write
-from pi_train._hosts import host_record, torch_store
 from pi_train._normalize import Normalization
+from pi_train._rendezvous import host_record, torch_store
 
 CHECKPOINT_FORMAT = "pi_train.torch_checkpoint/1"
 _NAME = re.compile(r"^step_(\d{9})\.pt$")
