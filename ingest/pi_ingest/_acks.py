@@ -9,6 +9,7 @@ join), see ARCHITECTURE.md.
 
 from __future__ import annotations
 
+import functools
 import logging
 import time
 import uuid
@@ -17,6 +18,7 @@ from typing import Any
 from pi_format.topics import Ack, AckStatus
 
 from pi_ingest._access import access_error, is_access_error
+from pi_ingest._bounded import end_client
 from pi_ingest._config import UploaderConfig
 from pi_ingest._kafka_log import KafkaLog
 from pi_ingest._metrics import ACKED
@@ -27,6 +29,10 @@ logger = logging.getLogger("pi_ingest")
 # Group id prefix of the ack consumer (never joined, never committed); a fleet's Kafka user has
 # Read on this prefix (deploy/k8s/kafka-users.yaml).
 ACK_GROUP_PREFIX = "pi-ingest-acks-"
+
+
+def _close_consumer(consumer: Any) -> None:
+    consumer.close()
 
 
 class AckListener:
@@ -49,16 +55,24 @@ class AckListener:
         self._assigned = False
         self._kafka_logger = kafka_log
         self._refused: Any = None  # the broker's refusal (credentials, TLS, ACLs): see _access
+        self._token = object()  # identifies the current consumer to error_cb
         self.committed: list[str] = []
         self.quarantined: list[str] = []
 
     def close(self) -> None:
-        """Close the consumer, if one was created."""
-        if self._consumer is not None:
-            try:
-                self._consumer.close()
-            finally:
-                self._consumer = None
+        """Close the consumer, if one was created; returns within `close_timeout_s`.
+
+        `Consumer.close()` has no timeout and may wait on the broker forever (librdkafka#4519),
+        so it runs on a thread of its own and is abandoned there after `close_timeout_s`
+        (`pi_ingest._bounded`).
+        """
+        consumer, self._consumer = self._consumer, None
+        self._token = object()  # errors the old consumer still reports are not ours any more
+        if consumer is None:
+            return
+        box = [consumer]
+        del consumer  # the thread must hold the last reference (see end_client)
+        end_client(box, _close_consumer, call="consumer_close", timeout_s=self.config.close_timeout_s)
 
     def _get_consumer(self, metadata_timeout_s: float) -> Any:
         """The ack consumer, assigned to every partition from the beginning; None until the topic exists."""
@@ -76,7 +90,7 @@ class AckListener:
                 "heartbeat.interval.ms": 1000,
                 "fetch.wait.max.ms": 100,
                 "logger": self._kafka_logger,
-                "error_cb": self._on_error,
+                "error_cb": functools.partial(self._on_error, self._token),
             }
             conf.update(self.config.client_options)
             self._consumer = Consumer(conf)
@@ -101,7 +115,9 @@ class AckListener:
             self._assigned = True
         return self._consumer
 
-    def _on_error(self, err: Any) -> None:
+    def _on_error(self, token: object, err: Any) -> None:
+        if token is not self._token:  # from a consumer already closed
+            return
         if is_access_error(err):
             self._refused = err
         logger.debug("ack consumer: kafka error: %s", err)
@@ -155,8 +171,11 @@ class AckListener:
         acks: list[Ack] = []
         while True:
             remaining = deadline - time.monotonic()
+            # Every call below has a timeout: a poll returns within timeout_s plus one metadata
+            # request (at most 5 s) whatever the broker does.
             consumer = self._get_consumer(min(5.0, max(0.5, remaining)))
             if consumer is None:
+                remaining = deadline - time.monotonic()
                 if remaining <= 0:
                     break
                 time.sleep(min(0.5, remaining))

@@ -41,6 +41,12 @@ class UploaderConfig:
         backoff_max_s: longest pause between retry rounds.
         send_rounds: attempts per episode within one `send_pending` call before it is left
             pending for the next call (3: the first try, a retry, a retry with a new producer).
+        close_timeout_s: how long ending a Kafka client (a producer discarded after failed
+            deliveries, the ack consumer on close) may take before the uploader leaves it to a
+            background thread and goes on (`pi_ingest._bounded`). 10 s: a healthy client ends
+            in milliseconds and a starved one may never end (librdkafka#4519); ten seconds
+            outlasts a loaded machine's hiccup yet keeps `close()` short enough for a robot's
+            shutdown grace period.
         client_options: extra librdkafka settings for the producer and the consumer, as-is
             (security.protocol, sasl.*, ssl.*). Values never appear in repr or logs.
         metrics_port: serve Prometheus metrics (pi_ingest._metrics) on this port; None or 0: off.
@@ -59,6 +65,7 @@ class UploaderConfig:
     backoff_initial_s: float = 0.5
     backoff_max_s: float = 30.0
     send_rounds: int = 3
+    close_timeout_s: float = 10.0
     client_options: Mapping[str, str] = field(default_factory=dict)
     metrics_port: int | None = None
 
@@ -81,6 +88,7 @@ class UploaderConfig:
             ("delivery_timeout_s", 0.0, False),
             ("backoff_initial_s", 0.0, False),
             ("backoff_max_s", 0.0, False),
+            ("close_timeout_s", 0.0, False),
         ):
             value = getattr(self, name)
             ok = isinstance(value, int | float) and math.isfinite(value)
@@ -130,7 +138,8 @@ class UploaderConfig:
             f"raw_topic={self.raw_topic!r}, ack_topic={self.ack_topic!r}, "
             f"resend_after_s={self.resend_after_s!r}, delivery_timeout_s={self.delivery_timeout_s!r}, "
             f"backoff_initial_s={self.backoff_initial_s!r}, backoff_max_s={self.backoff_max_s!r}, "
-            f"send_rounds={self.send_rounds!r}, client_options={hidden!r}, "
+            f"send_rounds={self.send_rounds!r}, close_timeout_s={self.close_timeout_s!r}, "
+            f"client_options={hidden!r}, "
             f"metrics_port={self.metrics_port!r})"
         )
 

@@ -28,8 +28,10 @@ __all__ = [
     "EPISODES_RESENT",
     "EPISODES_SENT",
     "EPISODES_SPOOLED",
+    "KAFKA_STALLS",
     "METRIC_NAMES",
     "REGISTRY",
+    "SEND_FAILURES",
     "serve_metrics",
     "served_port",
     "watch_spool",
@@ -62,6 +64,21 @@ ACKED = Counter(
     ["status"],
     registry=REGISTRY,
 )
+SEND_FAILURES = Counter(
+    "pilake_uploader_send_failures",
+    "Episode sends that ended without the broker confirming every chunk (broker down, starved "
+    "or refusing); the episode stays spooled and is sent again.",
+    registry=REGISTRY,
+)
+KAFKA_STALLS = Counter(
+    "pilake_uploader_kafka_stalls",
+    "Kafka client teardowns (producer_destroy, consumer_close) that did not return within "
+    "close_timeout_s and were left to a background thread; the uploader went on.",
+    ["call"],
+    registry=REGISTRY,
+)
+for _call in ("producer_destroy", "consumer_close"):  # a 0 series from the start, for alerts
+    KAFKA_STALLS.labels(_call)
 
 # Every series name this module exports (counters with their _total suffix), for the
 # dashboard test and `pilake status`.
@@ -72,6 +89,8 @@ METRIC_NAMES = (
     "pilake_uploader_episodes_sent_total",
     "pilake_uploader_episodes_resent_total",
     "pilake_uploader_episodes_acked_total",
+    "pilake_uploader_send_failures_total",
+    "pilake_uploader_kafka_stalls_total",
     "pilake_uploader_spool_bytes",
     "pilake_uploader_spool_episodes",
 )

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from pi_ingest._access import access_error, is_access_error
+from pi_ingest._bounded import end_client, too_many_abandoned
 from pi_ingest._config import UploaderConfig
 from pi_ingest._kafka_log import KafkaLog
 from pi_ingest._metrics import BYTES_SENT, CHUNKS_SENT
@@ -28,6 +29,11 @@ _MESSAGE_MAX_BYTES = 1_200_000
 # Small: chunks of one episode are produced back to back, so 5 ms already fills batches, and
 # the per-episode wait for delivery reports stays short.
 _LINGER_MS = 5
+
+
+def _end_producer(producer: Any) -> None:
+    producer.purge()
+    producer.flush(0)
 
 
 def _is_recreate_error(err: Any) -> bool:
@@ -68,10 +74,14 @@ class EpisodeProducer:
         self._fatal: Any = None
         self._refused: Any = None  # the broker's refusal (credentials, TLS, ACLs): see _access
         self._kafka_logger = kafka_log
+        self._token = object()  # identifies the current producer to error_cb
         self.sent_messages = 0
         self.sent_bytes = 0
 
-    def _on_error(self, err: Any) -> None:
+    def _on_error(self, token: object, err: Any) -> None:
+        if token is not self._token:  # from a producer already dropped
+            logger.debug("kafka error from a discarded producer: %s", err)
+            return
         if is_access_error(err):
             self._refused = err
             logger.debug("kafka refused the producer: %s", err)
@@ -94,7 +104,7 @@ class EpisodeProducer:
                 "delivery.timeout.ms": int(self.config.delivery_timeout_s * 1000),
                 "request.timeout.ms": int(min(30.0, self.config.delivery_timeout_s) * 1000),
                 "client.id": "pi-ingest",
-                "error_cb": self._on_error,
+                "error_cb": functools.partial(self._on_error, self._token),
                 "logger": self._kafka_logger,
             }
             conf.update(self.config.client_options)
@@ -104,15 +114,22 @@ class EpisodeProducer:
         return self._producer
 
     def drop(self) -> None:
-        """Discard the producer and whatever it has queued; the next send creates a fresh one."""
+        """Discard the producer and whatever it has queued; the next send creates a fresh one.
+
+        Returns within `close_timeout_s` whatever the broker does: the producer is ended on a
+        thread of its own (`pi_ingest._bounded`) and abandoned there if librdkafka does not let
+        go of it in time.
+        """
         producer, self._producer = self._producer, None
+        self._token = object()  # errors the old producer still reports are not ours any more
         if producer is None:
             return
-        try:  # drop whatever is queued: it is re-sent from the spool by a fresh producer
-            producer.purge()
-            producer.flush(0)
-        except Exception as err:  # a fatal producer may refuse even this; it is discarded anyway
-            logger.debug("ignoring error while discarding producer: %s", err)
+        # Drop whatever is queued (re-sent from the spool by a fresh producer). purge() with
+        # its defaults is librdkafka's non-blocking purge (see _bounded); flush(0) serves the
+        # purged messages' reports; the thread's last reference then runs rd_kafka_destroy.
+        box = [producer]
+        del producer  # the thread must hold the last reference (see end_client)
+        end_client(box, _end_producer, call="producer_destroy", timeout_s=self.config.close_timeout_s)
 
     def _produce(
         self, episode_id: str, messages: Sequence[bytes], indices: Sequence[int], deadline: float | None
@@ -131,6 +148,9 @@ class EpisodeProducer:
             reports[i] = err
 
         key = episode_id.encode()
+        wait_until = time.monotonic() + self.config.delivery_timeout_s + 5.0
+        if deadline is not None:
+            wait_until = min(wait_until, max(deadline, time.monotonic() + 1.0))
         for i in indices:
             while True:
                 try:
@@ -142,6 +162,9 @@ class EpisodeProducer:
                     )
                     break
                 except BufferError:  # local queue full: serve delivery reports, then retry
+                    if time.monotonic() >= wait_until:  # nothing drains it: a fresh producer
+                        logger.warning("kafka queue stayed full while producing %s", episode_id)
+                        return list(indices), True
                     producer.poll(0.1)
                 except KafkaException as exc:
                     err = exc.args[0]
@@ -151,9 +174,6 @@ class EpisodeProducer:
                     reports[i] = err
                     break
             producer.poll(0)
-        wait_until = time.monotonic() + self.config.delivery_timeout_s + 5.0
-        if deadline is not None:
-            wait_until = min(wait_until, max(deadline, time.monotonic() + 1.0))
         while (
             len(reports) < len(indices)
             and self._fatal is None
@@ -207,6 +227,10 @@ class EpisodeProducer:
             KafkaAccessError: the broker refused the credentials, the TLS handshake or the
                 Write ACL on the raw topic (the messages stay in the caller's spool).
         """
+        if self._producer is None and too_many_abandoned():
+            # Earlier producers are still stuck in librdkafka: build no more until one ends.
+            logger.warning("not sending %s: earlier kafka producers are still stuck", episode_id)
+            return False
         remaining: list[int] = list(range(len(messages)))
         backoff = self.config.backoff_initial_s
         for attempt in range(self.config.send_rounds):

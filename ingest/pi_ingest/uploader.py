@@ -32,7 +32,7 @@ from pi_ingest._acks import AckListener
 from pi_ingest._bundles import bundle_files, read_checked_bundle
 from pi_ingest._config import UploaderConfig
 from pi_ingest._kafka_log import KafkaLog
-from pi_ingest._metrics import EPISODES_RESENT, EPISODES_SENT, serve_metrics, watch_spool
+from pi_ingest._metrics import EPISODES_RESENT, EPISODES_SENT, SEND_FAILURES, serve_metrics, watch_spool
 from pi_ingest._producer import EpisodeProducer
 from pi_ingest.errors import PiIngestError
 from pi_ingest.spool import Spool, SpoolEntry
@@ -105,7 +105,11 @@ class Uploader:
         self.close()
 
     def close(self) -> None:
-        """Release the Kafka clients. Spooled episodes stay on disk for the next uploader."""
+        """Release the Kafka clients. Spooled episodes stay on disk for the next uploader.
+
+        Returns within 2 x `close_timeout_s` even when the broker never answers: a client that
+        does not let go in time is left to a background thread (docs/uploader-liveness.md).
+        """
         self._producer.drop()
         self._acks.close()
 
@@ -147,6 +151,7 @@ class Uploader:
         messages = self.spool.messages(entry.episode_id)
         if not self._producer.deliver(entry.episode_id, messages, deadline):
             logger.warning("episode %s could not be delivered; it stays in the spool", entry.episode_id)
+            SEND_FAILURES.inc()
             log_event(
                 self._events,
                 "send_failed",
