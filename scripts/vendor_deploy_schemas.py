@@ -35,6 +35,8 @@ KUBERNETES_KINDS = {
     "v1/Service": "io.k8s.api.core.v1.Service",
     "apps/v1/StatefulSet": "io.k8s.api.apps.v1.StatefulSet",
     "batch/v1/CronJob": "io.k8s.api.batch.v1.CronJob",
+    "batch/v1/Job": "io.k8s.api.batch.v1.Job",  # the training workload (training.yaml)
+    "v1/PersistentVolumeClaim": "io.k8s.api.core.v1.PersistentVolumeClaim",
     # custom resources' metadata is validated as Kubernetes validates it
     "ObjectMeta": "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
 }

@@ -310,7 +310,7 @@ def _pods(objects: list[dict[str, Any]]) -> list[tuple[dict[str, str], set[str]]
     label them: Strimzi's Kafka pods, the Flink operator's JobManager and TaskManagers."""
     pods = []
     for obj in objects:
-        if obj["kind"] == "StatefulSet":
+        if obj["kind"] in ("StatefulSet", "Job"):
             template = obj["spec"]["template"]
             ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
             pods.append((template["metadata"]["labels"], ports))
@@ -350,7 +350,7 @@ def test_every_pod_monitor_scrapes_ports_its_pods_declare() -> None:
                 endpoint,
             )
             scraped.add(endpoint["port"])
-    assert {"flink-metrics", "tcp-prometheus", "metrics"} <= scraped
+    assert {"flink-metrics", "tcp-prometheus", "metrics", "train-0", "loader-0"} <= scraped
 
 
 def test_the_scraped_ports_are_the_ones_the_processes_serve() -> None:

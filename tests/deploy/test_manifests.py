@@ -52,6 +52,8 @@ API_VERSIONS = {
     "Namespace": "v1",
     "StatefulSet": "apps/v1",
     "CronJob": "batch/v1",
+    "Job": "batch/v1",
+    "PersistentVolumeClaim": "v1",
     "Kustomization": "kustomize.config.k8s.io/v1beta1",
     "PodMonitor": "monitoring.coreos.com/v1",
 }
