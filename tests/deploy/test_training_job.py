@@ -194,7 +194,8 @@ def test_the_trainer_script_exits_75_on_sigterm_and_resumes_to_0(
     )
     for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "PILAKE_CONFIG"):
         env.pop(key, None)
-    steps_log = runs / "run1" / "steps.rank0.jsonl"
+    host_out = runs / "run1" / "host-0"  # this host's logs; checkpoints in runs/run1/checkpoints
+    steps_log = host_out / "steps.rank0.jsonl"
     proc = _run_script(env, runs, _free_port())
     deadline = time.monotonic() + 300
     while not (steps_log.exists() and steps_log.read_text().count("\n") >= 2):
@@ -208,12 +209,13 @@ def test_the_trainer_script_exits_75_on_sigterm_and_resumes_to_0(
         subprocess.run(["pkill", "-TERM", "-P", str(proc.pid)], check=False)  # its pilake train, if left
     assert proc.returncode == 75, out[-3000:]
     assert "stopped by SIGTERM" in out, out[-3000:]
-    stopped = json.loads((runs / "run1" / "final.rank0.json").read_text())["step"]
+    stopped = json.loads((host_out / "final.rank0.json").read_text())["step"]
+    assert (runs / "run1" / "checkpoints").is_dir()
     assert 2 <= stopped < 100000
     # the Job starts the index again: the same script resumes from the checkpoint to the end
     proc = _run_script(dict(env, STEPS=str(stopped + 2)), runs, _free_port())
     out = proc.communicate(timeout=300)[0]
     assert proc.returncode == 0, out[-3000:]
-    assert json.loads((runs / "run1" / "final.rank0.json").read_text())["step"] == stopped + 2
+    assert json.loads((host_out / "final.rank0.json").read_text())["step"] == stopped + 2
     records = [json.loads(line) for line in steps_log.read_text().splitlines()]
     assert [r["step"] for r in records] == list(range(1, stopped + 3))
