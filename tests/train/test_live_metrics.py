@@ -5,7 +5,11 @@ port with a message naming it and the fix, before it opens any data."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
+import subprocess
+import sys
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -21,6 +25,7 @@ from pi_train._live_metrics import BUCKETS, LIVE_PARTS, METRIC_NAMES, metrics_po
 from tests.conftest import _free_port
 from tests.fixtures.lake_factory import FakeLake
 from tests.fixtures.metrics_scrape import Samples, scrape
+from tests.train.conftest import REPO, child_env
 
 
 def _config(lake: FakeLake, out: Path, **options: Any) -> TrainConfig:
@@ -167,3 +172,52 @@ def test_pilake_train_takes_metrics_port(tmp_path: Path) -> None:
     parse = build_parser().parse_args
     assert train_config_from_args(settings, parse(["train", "--metrics-port", "9490"])).metrics_port == 9490
     assert train_config_from_args(settings, parse(["train"])).metrics_port == 0
+
+
+def _two_free_ports() -> int:
+    for _ in range(50):
+        first = _free_port()
+        with socket.socket() as s:
+            try:
+                s.bind(("0.0.0.0", first + 1))
+            except OSError:
+                continue
+        return first
+    raise AssertionError("no two consecutive free ports")
+
+
+def test_each_process_of_a_launched_run_serves_its_rank(train_lake: FakeLake, tmp_path: Path) -> None:
+    """`pilake train --nproc 2`: rank r serves on --metrics-port + r with rank="r", scraped
+    while both train; SIGTERM to the launcher then stops the run at a checkpoint (exit 0)."""
+    first = _two_free_ports()
+    argv = [sys.executable, "-m", "pi_jobs.cli", "train", "--lake", train_lake.layout.root]
+    argv += ["--batch-size", "4", "--action-horizon", "4", "--workers", "0", "--steps", "100000"]
+    argv += ["--out", str(tmp_path / "run"), "--device", "cpu", "--metrics-port", str(first), "--nproc", "2"]
+    proc = subprocess.Popen(argv, env=child_env(), cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    try:
+        seen: dict[int, Samples] = {}
+        deadline = time.monotonic() + 300
+        while len(seen) < 2:
+            assert proc.poll() is None, proc.communicate()[0][-3000:]
+            assert time.monotonic() < deadline, "the ranks never served a trained step"
+            for rank in (0, 1):
+                try:
+                    got = scrape(first + rank)
+                except OSError:
+                    continue
+                if got.get(("pilake_train_steps_total", (("rank", str(rank)),)), 0) >= 2:
+                    seen[rank] = got
+            time.sleep(0.3)
+        for rank, got in seen.items():
+            info = (("framework", "torch"), ("rank", str(rank)), ("world_size", "2"))
+            assert got[("pilake_train_info", info)] == 1
+            assert {dict(labels)["rank"] for name, labels in got if name.startswith("pilake_train_")} == {
+                str(rank)
+            }
+        proc.send_signal(signal.SIGTERM)
+        out = proc.communicate(timeout=120)[0]
+        assert proc.returncode == 0, out[-3000:]
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
