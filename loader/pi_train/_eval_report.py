@@ -37,10 +37,15 @@ def format_eval(report: dict[str, Any]) -> str:
         table = report.get(f"by_{group}") or {}
         if not table:
             continue
-        lines += ["", f"per {group}:", f"  {group:<20}  {'samples':>7}  {'L1':>10}  {'L2':>10}  {'loss':>10}"]
+        w = max(20, *(len(label) for label in table))  # task names are sentences
+        lines += [
+            "",
+            f"per {group}:",
+            f"  {group:<{w}}  {'samples':>7}  {'L1':>10}  {'L2':>10}  {'loss':>10}",
+        ]
         for label, r in table.items():
             l1, l2, loss = _num(r["l1"]), _num(r["l2"]), _num(r["loss"])
-            lines.append(f"  {label:<20}  {r['samples']:>7}  {l1:>10}  {l2:>10}  {loss:>10}")
+            lines.append(f"  {label:<{w}}  {r['samples']:>7}  {l1:>10}  {l2:>10}  {loss:>10}")
     return "\n".join(lines)
 
 
