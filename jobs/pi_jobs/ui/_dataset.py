@@ -291,7 +291,9 @@ def dataset_stats(
             f"{SAMPLE_RUNS} runs of consecutive episode ids)"
         )
     elif sketched < tally.episodes:
-        note += f" (of {tally.episodes:,} selected: one robot type and dimensionality at a time)"
+        note += (
+            f" (of {tally.episodes:,} selected: those the lake holds, of one robot type and dimensionality)"
+        )
     if distributions and not all(d.quantiles for d in distributions):
         note += "; some rows predate the quantile sketches, so only mean, std, min and max are shown"
     return DatasetStats(

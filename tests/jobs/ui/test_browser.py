@@ -2,7 +2,11 @@
 `pilake ui` command run as a process. One server and one browser for the module.
 
 Every page loads with no console error; a query renders its rows; a camera plays (its
-currentTime advances) and the plot cursor follows it; a click on the plot seeks the videos.
+currentTime advances) and the plot cursor follows it; a click on the plot seeks the videos; the
+Episodes page filters, sorts and leads to episodes whose prev/next follow the list; the plots
+name their dimensions and mark the annotations; the Dataset page draws its charts; the
+Overview's axis spans hours, not years. The hostile parameters of test_episodes go through
+this real server too.
 Screenshots of each page go to the test's folder, and to $PILAKE_UI_SCREENSHOTS when set.
 """
 
@@ -17,7 +21,8 @@ from urllib.parse import quote
 import pytest
 
 from tests.fixtures.browser import chromium, console_errors, free_port, pilake_ui, wait_for
-from tests.jobs.ui.conftest import UiLake
+from tests.jobs.ui.conftest import SCRIPT, UiLake
+from tests.jobs.ui.test_episodes import HOSTILE, ROBOTS, check_hostile, generated
 
 pytestmark = pytest.mark.integration
 
@@ -25,6 +30,8 @@ PAGES = {
     "overview": "/",
     "query": "/query?sql=" + quote("SELECT episode_id, robot_id, task, success, step_count FROM episodes"),
     "episode": "/episode/ep-002",
+    "episodes": "/episodes?sort=episode_id&order=asc",
+    "dataset": "/dataset",
     "quarantine": "/quarantine",
     "pins": "/pins",
 }
@@ -33,7 +40,13 @@ PAGES = {
 @pytest.fixture(scope="module")
 def browser(ui_lake: UiLake, tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, str]]:
     home = tmp_path_factory.mktemp("ui-home")
-    env = {"PILAKE_HOME": str(home), "PILAKE_LAKE": ui_lake.layout.root, "PILAKE_CATALOG": ui_lake.catalog}
+    (home / "robots.toml").write_text(ROBOTS)
+    env = {
+        "PILAKE_HOME": str(home),
+        "PILAKE_LAKE": ui_lake.layout.root,
+        "PILAKE_CATALOG": ui_lake.catalog,
+        "PILAKE_ROBOTS": str(home / "robots.toml"),
+    }
     with pilake_ui(env, port=free_port(), cache_dir=home / "cache") as url, chromium() as driver:
         yield driver, url
 
@@ -54,6 +67,12 @@ def test_page_loads_without_console_errors(browser: tuple[Any, str], name: str, 
     wait_for(driver, "return document.readyState === 'complete'")
     if name == "overview":
         wait_for(driver, "return document.querySelector('#commits-chart canvas') !== null")
+        # the fixture's commits fall within an hour or two: the axis spans hours (it spanned
+        # three years for one bar), an hour either side of the bars
+        span = float(driver.execute_script("return document.getElementById('commits-chart').dataset.xSpanS"))
+        assert 2 * 3600 <= span <= 6 * 3600
+    if name == "dataset":
+        wait_for(driver, "return document.querySelector('#length-chart canvas') !== null")
     if name == "episode":
         wait_for(driver, "return document.querySelectorAll('.plot canvas').length === 2")
         wait_for(
@@ -152,3 +171,68 @@ def test_click_on_the_plot_seeks_the_video(browser: tuple[Any, str]) -> None:
         assert abs(_state(driver)["cursor"] - expected) < 0.1
         assert abs(state - expected) < 0.1
     assert console_errors(driver) == []
+
+
+def test_episodes_filter_sort_and_step_through(browser: tuple[Any, str]) -> None:
+    from selenium.webdriver.common.by import By
+
+    driver, url = browser
+    driver.get(url + "/episodes")
+    box = driver.find_element(By.NAME, "robot")
+    box.send_keys("robot-0")
+    driver.find_element(By.ID, "apply").click()
+    wait_for(
+        driver, "return document.getElementById('episodes-summary').textContent.startsWith('2 episodes')"
+    )
+    driver.find_element(By.CSS_SELECTOR, "a.sort[data-column='episode_id']").click()  # descending
+    wait_for(driver, "return location.search.includes('sort=episode_id')")
+    driver.find_element(By.CSS_SELECTOR, "a.sort[data-column='episode_id']").click()  # ascending
+    wait_for(driver, "return location.search.includes('order=asc')")
+    links = driver.find_elements(By.CSS_SELECTOR, "#episodes tbody td:first-child a")
+    assert [a.text for a in links] == ["ep-000", "ep-002"]
+    links[0].click()
+    wait_for(driver, "return document.getElementById('episode-id') !== null")
+    assert driver.find_elements(By.ID, "prev-episode") == []
+    driver.find_element(By.ID, "next-episode").click()
+    wait_for(driver, "return document.getElementById('episode-id').textContent === 'ep-002'")
+    assert driver.find_elements(By.ID, "next-episode") == []  # the last of robot-0's
+    wait_for(driver, "return document.querySelectorAll('.plot canvas').length === 2")
+    legend = driver.find_element(By.CSS_SELECTOR, "#plot-proprio .u-legend").text
+    assert "shoulder" in legend and "wrist" in legend and "proprio[" not in legend
+    assert driver.execute_script("return document.getElementById('plot-action').dataset.marks") == "1"
+    driver.find_element(By.ID, "back-to-list").click()
+    wait_for(driver, "return document.getElementById('episodes-summary') !== null")
+    assert "robot=robot-0" in driver.current_url
+    assert console_errors(driver) == []
+
+
+def test_dataset_draws_its_charts(browser: tuple[Any, str]) -> None:
+    driver, url = browser
+    driver.get(url + "/dataset?pin=picks")
+    wait_for(driver, "return document.querySelector('#length-chart canvas') !== null")
+    assert driver.execute_script("return document.getElementById('length-chart').dataset.bins") == "1"
+    assert driver.execute_script("return window.__pwned === undefined")
+    assert console_errors(driver) == []
+
+
+def _get(url: str) -> tuple[int, str]:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=60) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as err:
+        return err.code, err.read().decode()
+
+
+def test_hostile_parameters_through_the_server(browser: tuple[Any, str]) -> None:
+    from urllib.parse import urlencode
+
+    _, url = browser
+    for path, params, status in HOSTILE:
+        check_hostile(*_get(url + path + "?" + urlencode(params)), status)
+    for path, params in generated(3636, 40):
+        check_hostile(*_get(url + path + "?" + urlencode(params)), None)
+    status, text = _get(url + "/episodes?sort=episode_id&order=asc")
+    assert status == 200 and "4 episodes" in text and SCRIPT not in text

@@ -28,9 +28,8 @@
       legend: { show: false },
       series: [{}, { label: "episodes committed", stroke: COLORS[0], fill: "rgba(31,111,235,0.35)", paths: bars }],
       axes: [{}, { label: "episodes / hour" }],
+      hooks: { setScale: [(u, key) => { if (key === "x") el.dataset.xSpanS = String(u.scales.x.max - u.scales.x.min); }] },
     }, [xs, ys], el);
-    u.setScale("x", { min: lo, max: hi });
-    el.dataset.xSpanS = String(u.scales.x.max - u.scales.x.min);
   }
 
   // Shaded spans (annotations) with their label, under the cursor line.
