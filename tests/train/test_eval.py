@@ -22,11 +22,13 @@ from pi_train import (
     PiTrainError,
     TrainConfig,
     evaluate_checkpoint,
+    launch,
     read_jsonl,
     train,
 )
 
 from tests.fixtures.lake_factory import FakeLake
+from tests.train.conftest import child_env
 
 HELD_OUT = ["ep-001", "ep-003"]  # split_hash < 0.1 of the train lake's 4 ids (test_split pins it)
 
@@ -226,3 +228,15 @@ def test_jax_runs_evaluate_and_their_orbax_checkpoints_score_offline(
     )
     assert report["framework"] == "jax" and report["step"] == 4
     assert report["loss"] == pytest.approx(last["eval_loss"], rel=1e-5)
+
+
+def test_two_processes_split_alike_and_rank_0_scores(
+    trained: Path, train_lake: FakeLake, tmp_path: Path
+) -> None:
+    config = _config(train_lake, tmp_path / "two", batch_size=2, threads=None)
+    assert launch(config, 2, env=child_env()) == 0  # agree() passed: both ranks hold one train side
+    out = Path(config.out_dir)
+    for rank in (0, 1):
+        seen = {e for r in read_jsonl(out / f"steps.rank{rank}.jsonl") for e, _ in r["samples"]}
+        assert seen and seen <= {"ep-000", "ep-002"}
+    assert [r["step"] for r in _evals(out)] == [2, 4] and all(r["samples"] == 6 for r in _evals(out))
