@@ -81,8 +81,10 @@ def metrics_port_of(config: TrainConfig, group: ProcessGroup, environ: dict[str,
     local = env.get("LOCAL_RANK")
     try:
         local_rank = int(local) if local is not None else group.rank % group.local_world_size
-    except ValueError as err:
-        raise PiTrainError(f"LOCAL_RANK must be an integer, got {local!r}") from err
+    except ValueError:
+        local_rank = -1
+    if local_rank < 0:
+        raise PiTrainError(f"LOCAL_RANK must be an integer >= 0 (the rank on this host), got {local!r}")
     port = config.metrics_port + local_rank
     if not 1 <= port <= 65535:
         raise PiTrainError(

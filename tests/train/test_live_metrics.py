@@ -15,7 +15,9 @@ import urllib.request
 from pathlib import Path
 from typing import Any
 
+import hypothesis
 import pytest
+from hypothesis import strategies as st
 from pi_jobs.cli import build_parser
 from pi_jobs.cli._train import train_config_from_args
 from pi_jobs.settings import Settings
@@ -159,8 +161,8 @@ def test_each_local_rank_gets_its_own_port() -> None:
     assert metrics_port_of(config, ProcessGroup(rank=3, world_size=4), {"LOCAL_RANK": "0"}) == 9490
     off = TrainConfig(lake="lake")
     assert metrics_port_of(off, ProcessGroup(rank=1, world_size=2), {"LOCAL_RANK": "x"}) == 0
-    for bad in ("x", "", "1e3", "\x00"):
-        with pytest.raises(PiTrainError, match="LOCAL_RANK must be an integer"):
+    for bad in ("x", "", "1e3", "\x00", "-1"):
+        with pytest.raises(PiTrainError, match="LOCAL_RANK must be an integer >= 0"):
             metrics_port_of(config, ProcessGroup(), {"LOCAL_RANK": bad})
     high = TrainConfig(lake="lake", metrics_port=65535)
     with pytest.raises(PiTrainError, match="65536 is not a TCP port"):
@@ -221,3 +223,22 @@ def test_each_process_of_a_launched_run_serves_its_rank(train_lake: FakeLake, tm
         if proc.poll() is None:
             proc.kill()
             proc.wait()
+
+
+@hypothesis.settings(max_examples=300, deadline=None)
+@hypothesis.given(local_rank=st.text(max_size=12), base=st.integers(min_value=0, max_value=65535))
+def test_any_local_rank_text_gives_a_port_or_a_clear_refusal(local_rank: str, base: int) -> None:
+    config = TrainConfig(lake="lake", metrics_port=base)
+    try:
+        port = metrics_port_of(config, ProcessGroup(), {"LOCAL_RANK": local_rank})
+    except PiTrainError as err:
+        assert "LOCAL_RANK must be an integer >= 0" in str(err) or "is not a TCP port" in str(err)
+        return
+    assert port == 0 if base == 0 else port == base + int(local_rank) and int(local_rank) >= 0
+
+
+@pytest.mark.parametrize(("text", "error"), [("70000", ValueError), ("-5", ValueError), ("abc", SystemExit)])
+def test_pilake_train_refuses_a_bad_metrics_port(tmp_path: Path, text: str, error: type[Exception]) -> None:
+    with pytest.raises(error):
+        args = build_parser().parse_args(["train", "--metrics-port", text])
+        train_config_from_args(Settings(home=tmp_path), args)
