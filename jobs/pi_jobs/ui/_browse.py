@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from pi_jobs.ui import _dataset
-from pi_jobs.ui._episodes import EpisodeFilter, FilterRefused, list_episodes, strict_page
+from pi_jobs.ui._episodes import EpisodeFilter, FilterRefused, list_episodes, strict_page, where_on
 from pi_jobs.ui._reads import iso
 
 if TYPE_CHECKING:
@@ -71,13 +71,13 @@ def dataset(pages: Any, request: Request) -> Response:
         source = {"sql": sql}
     else:
         flt = EpisodeFilter.from_params(params)
-        where, bound = flt.where()
-
-        def run(statement: str) -> pa.Table:
-            return pages.catalog.query_arrow(statement, bound)
-
         with pages.catalog_lock:
             pages.catalog.ensure_schema()
+            where, bound = where_on(pages.catalog, flt)
+
+            def run(statement: str) -> pa.Table:
+                return pages.catalog.query_arrow(statement, bound)
+
             tally = _dataset.tally_catalog(run, where)
         stats = _dataset.dataset_stats(layout, tally, title="Episodes filter", names=names)
         source = {"filter": flt.query()}

@@ -165,8 +165,9 @@ class EpisodeFilter:
             ns += 86_400 * 1_000_000_000 - 1
         return ns
 
-    def where(self) -> tuple[str, dict[str, Any]]:
-        """The WHERE clause (placeholders only) and its parameters."""
+    def where(self, *, annotations: bool = True) -> tuple[str, dict[str, Any]]:
+        """The WHERE clause (placeholders only) and its parameters; `annotations` False: the
+        catalog has no annotations table yet, so an annotation filter matches nothing."""
         terms: list[str] = []
         params: dict[str, Any] = {}
         if self.robot:
@@ -190,7 +191,9 @@ class EpisodeFilter:
         if self.until_ns is not None:
             terms.append("start_time_ns <= {until:Int64}")
             params["until"] = self.until_ns
-        if self.annotation:
+        if self.annotation and not annotations:
+            terms.append("0")
+        elif self.annotation:
             terms.append(
                 "episode_id IN (SELECT episode_id FROM annotations WHERE kind = {annotation:String} "
                 "OR positionCaseInsensitiveUTF8(value, {annotation:String}) > 0)"
@@ -232,6 +235,16 @@ class EpisodeList:
         return (self.page + 1) * self.page_size < self.total
 
 
+def where_on(catalog: Any, flt: EpisodeFilter) -> tuple[str, dict[str, Any]]:
+    """`flt.where()` for this catalog (whether it has the annotations table yet)."""
+    if not flt.annotation:
+        return flt.where()
+    found = catalog.query_arrow(
+        "SELECT count() AS n FROM system.tables WHERE database = currentDatabase() AND name = 'annotations'"
+    )
+    return flt.where(annotations=bool(found["n"][0].as_py()))
+
+
 def list_episodes(catalog: Any, flt: EpisodeFilter, *, page: int, page_size: int) -> EpisodeList:
     """One page of the episodes `flt` selects, in its order (episode id breaks ties).
 
@@ -239,10 +252,10 @@ def list_episodes(catalog: Any, flt: EpisodeFilter, *, page: int, page_size: int
         >>> list_episodes(catalog, EpisodeFilter(robot="arm-7"), page=0, page_size=50).total
         1234
     """
-    where, params = flt.where()
+    catalog.ensure_schema()
+    where, params = where_on(catalog, flt)
     direction = "DESC" if flt.order == "desc" else "ASC"
     order = f"{flt.sort} {direction}, episode_id {direction}"  # both from fixed lists
-    catalog.ensure_schema()
     rows = catalog.query_arrow(
         f"SELECT {', '.join(LIST_COLUMNS)} FROM episodes WHERE {where} ORDER BY {order} "
         f"LIMIT {int(page_size)} OFFSET {int(page) * int(page_size)}",
@@ -269,7 +282,7 @@ def list_episodes(catalog: Any, flt: EpisodeFilter, *, page: int, page_size: int
 def neighbours(catalog: Any, flt: EpisodeFilter, episode_id: str) -> tuple[str | None, str | None]:
     """The episodes before and after `episode_id` in the list `flt` makes (None at either end,
     or both when the catalog does not hold `episode_id`)."""
-    where, params = flt.where()
+    where, params = where_on(catalog, flt)
     current = catalog.query_arrow(
         f"SELECT {flt.sort} AS v FROM episodes WHERE episode_id = {{current:String}} LIMIT 1",
         {"current": episode_id},

@@ -7,6 +7,7 @@ from __future__ import annotations
 import random
 import re
 from collections.abc import Iterator
+from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import numpy as np
@@ -15,6 +16,7 @@ import pytest
 from pi_format.stats import episode_stat_columns
 from pi_jobs.ui import UiConfig, create_app
 from pi_jobs.ui._dataset import _distributions, sample_ids
+from pi_jobs.ui._episodes import EpisodeFilter
 from pi_jobs.ui._names import DimensionNames
 from starlette.testclient import TestClient
 
@@ -259,3 +261,18 @@ def test_sample_ids_are_runs_spread_over_the_selection() -> None:
     sample = sample_ids(ids, limit=100, runs=4).to_pylist()
     assert len(sample) == 100 and sample[:2] == ["e00000", "e00001"] and sample[25] == "e02500"
     assert sample_ids(ids[:50], limit=100).to_pylist() == sorted(ids[:50].to_pylist())
+
+
+def test_annotation_filter_before_any_annotation(tmp_path: Path) -> None:
+    from pi_catalog import Catalog
+    from pi_jobs.ui._episodes import list_episodes
+
+    from tests.fixtures.lake_factory import episode_rows, make_episode
+
+    catalog = Catalog(str(tmp_path / "catalog"))  # no annotations table: none imported yet
+    catalog.record_episodes(
+        episode_rows([make_episode(1, steps=2, cameras=("f",), size=(8, 8), seed=0)]), episodes_version=0
+    )
+    assert list_episodes(catalog, EpisodeFilter(), page=0, page_size=5).total == 1
+    assert list_episodes(catalog, EpisodeFilter(annotation="x"), page=0, page_size=5).total == 0
+    catalog.close()
