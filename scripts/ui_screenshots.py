@@ -3,8 +3,9 @@
     PILAKE_HOME=... .venv/bin/python scripts/ui_screenshots.py docs/ui
 
 Starts `pilake ui` as a user would, drives Debian's headless chromium (tests/fixtures/browser.py,
-the same as the browser tests), and writes overview.png, query.png, episode.png (a camera played
-to ~40% with the plot cursor on it), quarantine.png and pins.png. Fails on a console error.
+the same as the browser tests), and writes overview.png, episodes.png, query.png, dataset.png,
+episode.png (opened from the Episodes page, a camera played to ~40% with the plot cursor on
+it), quarantine.png and pins.png. Fails on a console error.
 """
 
 from __future__ import annotations
@@ -30,6 +31,8 @@ def main(out: Path) -> int:
             driver.set_window_size(1280, 1000)
             shots = [
                 ("overview", "/"),
+                ("episodes", "/episodes?sort=episode_id&order=asc"),
+                ("dataset", "/dataset"),
                 ("query", "/query?sql=" + quote(QUERY)),
                 ("quarantine", "/quarantine"),
                 ("pins", "/pins"),
@@ -38,9 +41,9 @@ def main(out: Path) -> int:
                 driver.get(url + path)
                 wait_for(driver, "return document.readyState === 'complete'")
                 driver.save_screenshot(str(out / f"{name}.png"))
-                if name == "query":
+                if name == "episodes":  # the episode page with the list's prev/next
                     episode = driver.execute_script(
-                        "const a = document.querySelector('#results tbody a');"
+                        "const a = document.querySelectorAll('#episodes tbody a')[1];"
                         "return a && a.getAttribute('href');"
                     )
             if not episode:
