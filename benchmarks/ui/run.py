@@ -102,6 +102,14 @@ def _pages(size: int, config: LakeConfig) -> dict[str, str]:
         "quarantine": "/quarantine",
         "quarantine_last_page": "/quarantine?page={last}",
         "pins": "/pins",
+        # issue 36: the Episodes list (filtered, sorted, paged), an episode opened from it (its
+        # prev/next queries), and the Dataset page of everything, of a pin and of a query
+        "episodes": "/episodes",
+        "episodes_filtered": "/episodes?success=yes&min_steps=10&sort=step_count&order=asc&page=10",
+        "episode_from_list": f"/episode/{middle}?sort=duration_s&success=yes",
+        "dataset_all": "/dataset",
+        "dataset_pin": f"/dataset?pin=success-{size}",
+        "dataset_sql": "/dataset?sql=" + quote("SELECT episode_id FROM episodes WHERE success"),
     }
 
 
