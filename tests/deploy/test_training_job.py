@@ -14,6 +14,7 @@ import os
 import shlex
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -30,7 +31,7 @@ from tests.fixtures.lake_factory import FakeLake, write_lake
 
 ROOT = Path(__file__).resolve().parents[2]
 K8S = ROOT / "deploy" / "k8s"
-VENV_BIN = Path(os.environ.get("VIRTUAL_ENV", ROOT / ".venv")) / "bin"
+VENV_BIN = Path(sys.executable).parent  # where this interpreter's `pilake` entry point is
 
 
 @pytest.fixture(scope="module")
