@@ -217,6 +217,29 @@ def trainer(b: Path) -> str:
     )
 
 
+def trainer_scaling(b: Path) -> str:
+    doc = json.loads((b / "trainer_scaling.json").read_text())
+    rows = [
+        [
+            leg["framework"],
+            str(leg["nproc"]),
+            str(leg["global_batch"]),
+            text_of(leg["samples_per_s"], "{:.1f}"),
+            text_of(leg["step_ms"], "{:.0f}"),
+            text_of(leg["efficiency"], "{:.2f}") if leg["efficiency"] else "1 (base)",
+        ]
+        for leg in doc["legs"]
+    ]
+    header = ["framework", "processes", "global batch", "samples/s", "step ms", "efficiency"]
+    c = doc["config"]
+    return (
+        f"`baselines/trainer_scaling.json` ({doc['mode']}, batch {c['batch_size_per_process']} per process, "
+        f"{c['steps']} steps a leg, {c['repeats']} interleaved repeats, median (min–max); "
+        f"{doc['machine']['cpus']} CPUs, load average {doc['machine']['load_avg'][0]:.1f} at the start):\n\n"
+        f"{markdown(header, rows)}"
+    )
+
+
 def steps_window(b: Path) -> str:
     doc = json.loads((b / "steps_window.json").read_text())
     rows = []
@@ -420,40 +443,6 @@ def ingest(b: Path) -> str:
     )
 
 
-def ingest_cpu(b: Path) -> str:
-    doc = json.loads((b / "ingest_cpu.json").read_text())
-    split: dict[str, list[float]] = {}
-    for r in doc["runs"]:
-        for kind, cpu_s in r.get("cpu_s_by_process", {}).items():
-            split.setdefault(kind, []).append(1000 * cpu_s / doc["episodes"])
-    parts = ", ".join(
-        f"{kind} {sorted(v)[len(v) // 2]:,.0f}" for kind, v in sorted(split.items()) if max(v) >= 1
-    )
-    rows = [
-        [
-            "transcode alone (decode + encode, same settings)",
-            text_of(doc["transcode_cpu_ms_per_episode"], "{:,.0f}"),
-            "",
-        ],
-        [
-            "ingest: the stream job's process tree",
-            text_of(doc["ingest_cpu_ms_per_episode"], "{:,.0f}"),
-            parts,
-        ],
-        ["the broker (beside, not in the ratio)", text_of(doc["broker_cpu_ms_per_episode"], "{:,.0f}"), ""],
-    ]
-    verdict = doc["targets_detail"]["ingest_cpu_at_most_1.3x_transcode"]["verdict"]
-    return (
-        f"`baselines/ingest_cpu.json` ({doc['episodes']} episodes of {doc['episode_duration_s']:g} s "
-        "per leg, "
-        f"{doc['cpu_count']} cores; median (min–max) of {len(doc['ingest_over_transcode']['values'])} "
-        "interleaved repeats):\n\n"
-        + markdown(["leg", "CPU ms per episode", "of it (medians)"], rows)
-        + f"\n\nIngest / transcode: {text_of(doc['ingest_over_transcode'], '{:.2f}')}× "
-        f"(target ≤ 1.3×: {verdict})."
-    )
-
-
 def baselines(b: Path) -> str:
     rows = []
     for path in sorted(b.glob("*.json")):
@@ -607,12 +596,12 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "compaction": compaction,
     "gpu_host": gpu_host,
     "ingest": ingest,
-    "ingest_cpu": ingest_cpu,
     "loader": loader,
     "norm_bound": norm_bound,
     "norm_stats": norm_stats,
     "scale": scale,
     "steps_window": steps_window,
     "trainer": trainer,
+    "trainer_scaling": trainer_scaling,
     "ui": ui,
 }
