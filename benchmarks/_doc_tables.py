@@ -443,6 +443,40 @@ def ingest(b: Path) -> str:
     )
 
 
+def ingest_cpu(b: Path) -> str:
+    doc = json.loads((b / "ingest_cpu.json").read_text())
+    split: dict[str, list[float]] = {}
+    for r in doc["runs"]:
+        for kind, cpu_s in r.get("cpu_s_by_process", {}).items():
+            split.setdefault(kind, []).append(1000 * cpu_s / doc["episodes"])
+    parts = ", ".join(
+        f"{kind} {sorted(v)[len(v) // 2]:,.0f}" for kind, v in sorted(split.items()) if max(v) >= 1
+    )
+    rows = [
+        [
+            "transcode alone (decode + encode, same settings)",
+            text_of(doc["transcode_cpu_ms_per_episode"], "{:,.0f}"),
+            "",
+        ],
+        [
+            "ingest: the stream job's process tree",
+            text_of(doc["ingest_cpu_ms_per_episode"], "{:,.0f}"),
+            parts,
+        ],
+        ["the broker (beside, not in the ratio)", text_of(doc["broker_cpu_ms_per_episode"], "{:,.0f}"), ""],
+    ]
+    verdict = doc["targets_detail"]["ingest_cpu_at_most_1.3x_transcode"]["verdict"]
+    return (
+        f"`baselines/ingest_cpu.json` ({doc['episodes']} episodes of {doc['episode_duration_s']:g} s "
+        "per leg, "
+        f"{doc['cpu_count']} cores; median (min–max) of {len(doc['ingest_over_transcode']['values'])} "
+        "interleaved repeats):\n\n"
+        + markdown(["leg", "CPU ms per episode", "of it (medians)"], rows)
+        + f"\n\nIngest / transcode: {text_of(doc['ingest_over_transcode'], '{:.2f}')}× "
+        f"(target ≤ 1.3×: {verdict})."
+    )
+
+
 def baselines(b: Path) -> str:
     rows = []
     for path in sorted(b.glob("*.json")):
@@ -596,6 +630,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "compaction": compaction,
     "gpu_host": gpu_host,
     "ingest": ingest,
+    "ingest_cpu": ingest_cpu,
     "loader": loader,
     "norm_bound": norm_bound,
     "norm_stats": norm_stats,
