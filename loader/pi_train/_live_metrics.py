@@ -101,7 +101,8 @@ class LiveMetrics:
         port: the TCP port to serve on (all interfaces: a cluster's Prometheus scrapes the pod).
         rank: the label every series carries.
         global_batch: samples per step over all ranks (samples/s is this / step time).
-        framework / world_size: shown in `pilake_train_info`.
+        framework: shown in `pilake_train_info`.
+        world_size: shown in `pilake_train_info`.
         window_steps: steps per samples/s figure (the run's `log_every`).
         warmup_steps: this process's first steps, left out of the histograms.
 
