@@ -124,6 +124,7 @@ def test_the_stage_step_reads_what_the_trainer_trains_on_through_the_nvme_cache(
     (stage,) = pod["initContainers"]
     assert stage["env"] == trainer["env"] and stage["envFrom"] == trainer["envFrom"]
     assert stage["image"] == trainer["image"] and "nvidia.com/gpu" not in stage["resources"]["limits"]
+    assert '--nproc "$NPROC"' in stage["args"][0]  # staging uses the workers of all processes
     assert (
         "--stage" in stage["args"][0]
         and "$TRAIN_ARGS" in stage["args"][0]

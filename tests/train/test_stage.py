@@ -40,7 +40,7 @@ def test_stage_then_train_an_s3_lake_through_the_node_cache(
     cache = tmp_path / "nvme" / "cache"
     argv = ["train", "--lake", layout.root, "--batch-size", "4", "--action-horizon", "4", "--workers", "0"]
     argv += ["--out", str(tmp_path / "run"), "--cache-dir", str(cache), "--cache-gib", "1", "--device", "cpu"]
-    assert main([*argv, "--stage"]) == 0
+    assert main([*argv, "--stage", "--nproc", "2"]) == 0  # --workers 0 x 2 processes: in-process
     out = capsys.readouterr().out
     assert "read 36 samples of 3 episodes" in out and str(cache) in out
     staged = _files(cache)

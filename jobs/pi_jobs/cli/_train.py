@@ -7,6 +7,7 @@ when the command runs, so the rest of `pilake` never loads a framework.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 from typing import Any
 
 from pi_jobs.cli._eval import add_eval_arguments, eval_options
@@ -119,6 +120,9 @@ def _cmd_stage_or_train(settings: Settings, args: argparse.Namespace) -> int:
     from pi_train._stage import stage
 
     config = train_config_from_args(settings, args)
+    if config.workers is not None and args.nproc > 1:
+        # staging runs alone on the host: the workers of all its --nproc training processes
+        config = dataclasses.replace(config, workers=config.workers * args.nproc)
     report = stage(config)
     print(
         f"pilake train --stage: read {report['samples']} samples of {report['episodes']} episodes in "
