@@ -83,7 +83,8 @@ class Dataset:
         spec: what a sample holds (`SampleSpec`); default SampleSpec().
         seed: seed of the order (int >= 0).
         epoch: epoch of the order (int >= 0); `set_epoch` changes it.
-        cameras, action_horizon: shortcuts for the SampleSpec fields (not with `spec`).
+        cameras: shortcut for the SampleSpec field (not with `spec`).
+        action_horizon: shortcut for the SampleSpec field (not with `spec`).
         storage_options: deltalake/object-store options for an s3:// lake.
         cache: a pi_loader.CacheConfig: local disk cache for remote lake files.
         chunk_cache_size: decoded video chunks kept per process (bounds memory).
@@ -474,8 +475,9 @@ class Dataset:
         loader's workers pass shared memory); by default it is a new array.
 
         Raises:
-            IndexError: an index out of range. PiLoaderError: frames of one camera that differ
-            in size within the batch (set SampleSpec.resize), or video that does not decode.
+            IndexError: an index out of range.
+            PiLoaderError: frames of one camera that differ in size within the batch (set
+                SampleSpec.resize), or video that does not decode.
 
         Example:
             >>> batch = ds.samples([0, 5, 9])
