@@ -5,8 +5,10 @@
     python -m benchmarks.loader._legs ttfb --lake DIR --catalog DIR --workers 2 --spawned-at T
 
 `pi_loader`: the public `pi_loader.Dataset` (action chunk via `action_horizon`), batched by
-pi_loader's own `Loader` (`--api native`/`auto`, the default), or by a torch
-DataLoader with worker processes (`--api torch`); the order is pi_loader's seeded shuffle.
+pi_loader's own `Loader` (`--api native`/`auto`, the default), by a torch
+DataLoader with worker processes (`--api torch`: the Dataset's batches through `__getitems__`,
+torch's collate), or by a torch DataLoader over the Loader's batches (`--api torch_batches`:
+`pi_loader.adapters.torch_dataloader`); the order is pi_loader's seeded shuffle.
 `raw`: the limit. The same video chunks held in memory as bytes, the same shuffled sample order
 (`pi_loader.sample_order`, what `Dataset` uses), and for each sample and camera only decoding:
 PyAV decodes the frame's chunk up to that frame (yuv420p, nothing kept; `--chunk-cache N`
@@ -50,7 +52,8 @@ def open_pi_loader(
     """pi_loader's batches of shuffled samples, the dataset's sample count, and the API used.
 
     The one place that knows pi_loader's API. `api="native"` (or "auto", the same) uses
-    `pi_loader.Loader` with its own worker processes and defaults; "torch"
+    `pi_loader.Loader` with its own worker processes and defaults; "torch_batches" hands
+    that Loader's batches out through a torch DataLoader (`adapters.torch_dataloader`); "torch"
     puts the public `Dataset` in a torch DataLoader (the order comes from the Dataset, so the
     DataLoader does not shuffle). `lean` shrinks what pi_loader keeps in memory (decoded-chunk
     and episode caches, batches in flight) to show that its peak memory follows configuration.
@@ -83,6 +86,12 @@ def open_pi_loader(
             return loader, len(ds), "pi_loader.Loader (prefetch_batches=1, chunk/episode caches 4)"
         loader = native(ds, batch_size=batch_size, shard=shard, num_workers=workers)
         return loader, len(ds), "pi_loader.Loader (its own worker processes, default settings)"
+    if api == "torch_batches":
+        from pi_loader.adapters import torch_dataloader
+
+        shard = pi_loader.ShardSpec(index=0, count=1)
+        batches = torch_dataloader(native(ds, batch_size=batch_size, shard=shard, num_workers=workers))
+        return batches, len(ds), "pi_loader.adapters.torch_dataloader(pi_loader.Loader(...))"
     import torch
 
     torch_loader: Iterable[dict[str, Any]] = torch.utils.data.DataLoader(
@@ -102,7 +111,9 @@ def _check(batch: dict[str, Any]) -> dict[str, Any]:
 
 
 def leg_pi_loader(args: argparse.Namespace) -> dict[str, Any]:
-    if args.api == "torch":  # only the torch DataLoader leg needs torch (its import is seconds on a GPU host)
+    if args.api.startswith(
+        "torch"
+    ):  # only the torch DataLoader legs need torch (its import is seconds on a GPU host)
         import torch
 
         torch.set_num_threads(1)
@@ -268,7 +279,9 @@ def main() -> None:
     parser.add_argument("--lake", type=Path, required=True)
     parser.add_argument("--catalog", type=Path, default=None)
     parser.add_argument("--sql", default=None)
-    parser.add_argument("--api", choices=["auto", "native", "torch"], default="auto", help="pi_loader legs")
+    parser.add_argument(
+        "--api", choices=["auto", "native", "torch", "torch_batches"], default="auto", help="pi_loader legs"
+    )
     parser.add_argument("--lean", action="store_true", help="pi_loader: small caches, one batch in flight")
     parser.add_argument(
         "--block-size", type=int, default=None, help="pi_loader: block shuffle (native Loader)"

@@ -21,6 +21,7 @@ LOADERS = (
     "pi_loader_lean",
     "pi_loader_block",
     "pi_loader_torch",
+    "pi_loader_torch_batches",
     "lerobot",
     "mosaic",
 )
@@ -32,6 +33,7 @@ LABELS = {
     "pi_loader_lean": "pi_loader, lean memory settings",
     "pi_loader_block": "pi_loader, block shuffle of 10",
     "pi_loader_torch": "pi_loader in torch DataLoader",
+    "pi_loader_torch_batches": "pi_loader Loader in torch DataLoader",
     "lerobot": "LeRobotDataset v3",
     "mosaic": "Mosaic streaming",
 }
@@ -39,6 +41,11 @@ LABELS = {
 TARGET_VS_LEROBOT = 5.0
 TARGET_VS_LIMIT = 0.70
 TARGET_TTFB_S = 5.0
+# CPU per sample over the raw decode leg's (issue 35 item 1): the native Loader, and a torch
+# DataLoader (either way of putting pi_loader in one: the Dataset, or the Loader's batches)
+TARGET_CPU_VS_RAW = 1.15
+TARGET_TORCH_CPU_VS_RAW = 1.3
+CPU_LEGS = ("pi_loader", "pi_loader_torch", "pi_loader_torch_batches")
 
 
 def tree_bytes(root: Path) -> int:
@@ -86,18 +93,45 @@ def _cpu(legs: list[dict[str, Any]], loader: str, workers: int) -> float | None:
 
 
 def _paired(
-    legs: list[dict[str, Any]], workers: int, other: str, field: str, *, inverse: bool
+    legs: list[dict[str, Any]],
+    workers: int,
+    other: str,
+    field: str,
+    *,
+    inverse: bool,
+    mine_name: str = "pi_loader",
 ) -> dict[str, Any] | None:
-    """pi_loader / `other` (or `other` / pi_loader with `inverse`, for CPU per sample) repeat by
-    repeat, as a median with its spread; None without 3 repeats where both legs succeeded."""
-    mine, theirs = _series(legs, "pi_loader", workers, field), _series(legs, other, workers, field)
+    """`mine_name` / `other` (or `other` / `mine_name` with `inverse`, for CPU per sample)
+    repeat by repeat, as a median with its spread; None without 3 repeats where both legs
+    succeeded."""
+    mine, theirs = _series(legs, mine_name, workers, field), _series(legs, other, workers, field)
     both = sorted(set(mine) & set(theirs))
     if len(both) < MIN_REPEATS:
         return None
     top, bottom = [mine[k] for k in both], [theirs[k] for k in both]
     if inverse:
         top, bottom = bottom, top
-    return ratio(top, bottom, what=f"pi_loader / {other}, {workers} workers").to_json()
+    return ratio(top, bottom, what=f"{mine_name} / {other}, {workers} workers").to_json()
+
+
+def cpu_targets(legs: list[dict[str, Any]]) -> dict[str, Any]:
+    """CPU per sample of each pi_loader leg of CPU_LEGS over the raw decode leg's, repeat by
+    repeat, per worker count, judged against its target (met only when the whole spread is at
+    or under it): {"ratios": {workers: {leg: spread}}, "detail": {target: [judged per workers]}}."""
+    ratios: dict[str, dict[str, Any]] = {}
+    detail: dict[str, list[dict[str, Any]]] = {}
+    for w in sorted({leg["workers"] for leg in legs}):
+        for name in CPU_LEGS:
+            paired = _paired(legs, w, "raw", "cpu_ms_per_sample", inverse=False, mine_name=name)
+            if paired is None:
+                continue
+            ratios.setdefault(str(w), {})[name] = paired
+            threshold = TARGET_CPU_VS_RAW if name == "pi_loader" else TARGET_TORCH_CPU_VS_RAW
+            judged = judge(spread_of_json(paired), threshold, higher_is_better=False)
+            detail.setdefault(f"{name} CPU/sample <= {threshold}x raw decode", []).append(
+                {"workers": w, **judged}
+            )
+    return {"ratios": ratios, "detail": detail}
 
 
 def leg_figures(legs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
@@ -166,7 +200,12 @@ def summarize(
         # each repeat a fresh process; met only when every run is under 5 s
         ttfb_name: ttfb_judged["met"],
     }
+    cpu = cpu_targets(legs)
+    detail.update(cpu["detail"])
+    for name, judged in cpu["detail"].items():
+        targets[name] = all(j["met"] for j in judged)
     return {
+        "cpu_vs_raw": cpu["ratios"],
         "sample": {
             "cameras": 3,
             "frame": f"{config.size_px}x{config.size_px}x3 uint8",

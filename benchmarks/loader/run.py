@@ -168,6 +168,8 @@ def main() -> int:
                 cmd += ["--rgb24"]
             if name == "pi_loader_torch":
                 cmd += ["--api", "torch"]
+            if name == "pi_loader_torch_batches":
+                cmd += ["--api", "torch_batches"]
             if name == "pi_loader_lean":
                 cmd += ["--lean"]
             if name == "pi_loader_block":

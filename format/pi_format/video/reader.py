@@ -209,9 +209,12 @@ class ChunkDecoder:
         >>> rgb = decoder.rgb(3)   # intra-only: decodes frame 3 alone; one GOP: frames 0..3
     """
 
-    def __init__(self, data: bytes) -> None:
+    def __init__(self, data: bytes, units: list[tuple[int, int, bool]] | None = None) -> None:
         self._size_bytes = len(data)
-        bounds = access_unit_bounds(data)
+        # `units`: this chunk's `access_unit_bounds`, known from an earlier decoder of the same
+        # bytes (`access_units`): a reader that keeps them skips the scan.
+        bounds = access_unit_bounds(data) if units is None else units
+        self._units = bounds
         # Access units stay views of `data` until decoded: an intra-only chunk makes the one
         # packet it decodes, not one per frame.
         self._packets: list[av.Packet | memoryview]
@@ -237,6 +240,12 @@ class ChunkDecoder:
         # A ChunkDecoder may be shared by threads (grain's thread pool): a lock per chunk keeps
         # chunks parallel; a codec context is never used by two threads at once.
         self._lock = threading.RLock()
+
+    @property
+    def access_units(self) -> list[tuple[int, int, bool]] | None:
+        """(start, end, is an IDR) of each access unit of the chunk (`access_unit_bounds`), to
+        pass as `units` to a later decoder of the same bytes; None when FFmpeg's parser split it."""
+        return self._units
 
     @property
     def frames_decoded(self) -> int:

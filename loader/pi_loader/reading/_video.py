@@ -16,13 +16,15 @@ builds its own caches.
 
 from __future__ import annotations
 
-import functools
 import threading
-from collections.abc import Callable, Sequence
+from array import array
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
+from pi_format.errors import VideoError
+from pi_format.video import ChunkDecoder
 
 from pi_loader._errors import CorruptDataError, PiLoaderError, SnapshotDataMissingError
 from pi_loader.reading import _chunk_index as index
@@ -33,6 +35,12 @@ from pi_loader.reading._lru import WeightedLRU
 from pi_loader.reading._row_groups import RowGroupReader
 
 CHUNK_CRC = "chunk_crc32"  # pi_format.lake.CHUNK_CRC_COLUMN
+# Access units (frame boundaries) of chunks read before, kept per process so a chunk read again
+# is not scanned again for its start codes (~23 us of Python per 12 kB chunk, 10% of decoding a
+# 224 px frame: benchmarks/loader/PROFILE.md). An entry is ~200 bytes (int32 boundaries and a
+# keyframe mask, its key), so 65,536 chunks (a 2-hour 3-camera 15 Hz lake of 10-frame chunks)
+# hold ~14 MB per process; past that the oldest are forgotten and scanned again when read.
+ACCESS_UNIT_MEMO = 65_536
 VIDEO_COLUMNS = (
     "episode_id", "attempt_id", "camera", "chunk_index", "first_frame", "frame_count",
     "width", "height", "codec", "data",
@@ -84,6 +92,8 @@ class VideoFrames:
     def _reset(self) -> None:
         self._lock = threading.Lock()
         self._chunks: WeightedLRU[tuple[int, int, int], _Chunk] = WeightedLRU(self._chunk_cache_size)
+        self._units: dict[tuple[int, int, int], bytes] = {}  # ACCESS_UNIT_MEMO, oldest first
+        self._row_keys: dict[tuple[int, int], int] = {}  # (episode, camera) -> row_key
         self.video_reads = 0
         self.chunk_decodes = 0
 
@@ -109,8 +119,10 @@ class VideoFrames:
             SnapshotDataMissingError: the video file is gone.
         """
         chunk = self._chunk(e, camera, frame_index)
-        convert = chunk.decoder.rgb if out is None else functools.partial(chunk.decoder.rgb, out=out)
-        return self._checked(convert, frame_index - chunk.first_frame, e, camera, frame_index)
+        try:
+            return chunk.decoder.rgb(frame_index - chunk.first_frame, out)
+        except VideoError as err:
+            raise PiLoaderError(f"{self._where(e, camera, frame_index)}: {err}") from err
 
     def _chunk(self, e: int, camera: int, frame_index: int) -> _Chunk:
         loc = self._locators
@@ -129,10 +141,15 @@ class VideoFrames:
                 chunk = self._row_group_chunk(e, camera, frame_index, number, uri, group)
         except CorruptDataError as err:
             raise err.at_episode(self._episode_ids[e], self._attempt_ids[e]) from None
+        units = chunk.decoder.access_units
         with self._lock:
             self.video_reads += 1
             self.chunk_decodes += 1
             self._chunks.put(key, chunk)
+            if units is not None and key not in self._units:
+                self._units[key] = _pack_units(units)
+                if len(self._units) > ACCESS_UNIT_MEMO:
+                    del self._units[next(iter(self._units))]
         return chunk
 
     def _indexed_chunk(
@@ -157,10 +174,17 @@ class VideoFrames:
                 "without updating the locators?)"
             )
         entry = entries[group].tolist()
-        expected = (self._episode_ids[e], self._attempt_ids[e], self._cameras[camera])
+        expected_key = self._row_keys.get((e, camera))
+        if expected_key is None:
+            expected_key = row_key(self._episode_ids[e], self._attempt_ids[e], self._cameras[camera])
+            with self._lock:
+                if len(self._row_keys) >= ACCESS_UNIT_MEMO:
+                    self._row_keys.clear()
+                self._row_keys[(e, camera)] = expected_key
         first, count = entry[index.FIRST_FRAME], entry[index.FRAME_COUNT]
-        if entry[index.ROW_KEY] != row_key(*expected) or entry[index.CHUNK_INDEX] != number:
-            same = entry[index.ROW_KEY] == row_key(*expected)
+        if entry[index.ROW_KEY] != expected_key or entry[index.CHUNK_INDEX] != number:
+            expected = (self._episode_ids[e], self._attempt_ids[e], self._cameras[camera])
+            same = entry[index.ROW_KEY] == expected_key
             holds = (*(expected if same else (None, None, None)), entry[index.CHUNK_INDEX])
             self._check_row(e, camera, frame_index, number, uri, group, holds)
         if first != number * int(self._locators.chunk_frames[e]) or frame_index >= first + count:
@@ -171,8 +195,14 @@ class VideoFrames:
             raw = self._reader.read_range(uri, path, offset, size, what=f"row group {group}")
         except FileNotFoundError as err:
             raise self._missing(uri, err) from err
+        packed = self._units.get((e, camera, number))
         return self._decoder(
-            page_value(raw, uri, group), first, count, entry[index.WIDTH], entry[index.HEIGHT]
+            page_value(raw, uri, group),
+            first,
+            count,
+            entry[index.WIDTH],
+            entry[index.HEIGHT],
+            None if packed is None else _unpack_units(packed),
         )
 
     def _row_group_chunk(
@@ -212,12 +242,11 @@ class VideoFrames:
         return self._decoder(row["data"], row["first_frame"], row["frame_count"], row["width"], row["height"])
 
     @staticmethod
-    def _decoder(data: bytes, first: int, count: int, width: int, height: int) -> _Chunk:
-        from pi_format.video import ChunkDecoder
-
+    def _decoder(data: bytes, first: int, count: int, width: int, height: int, units: Any = None) -> _Chunk:
         # Decoded lazily: a shuffled sample decodes only up to its frame (intra-only: that frame
-        # alone), and neighbours in a block-shuffled run continue the same decoder.
-        return _Chunk(ChunkDecoder(data), first, count, width, height)
+        # alone), and neighbours in a block-shuffled run continue the same decoder. `units`: the
+        # chunk's access units when it was read before (the CRC-checked same bytes).
+        return _Chunk(ChunkDecoder(data, units), first, count, width, height)
 
     def _check_row(
         self, e: int, camera: int, frame_index: int, number: int, uri: str, group: int, found: tuple[Any, ...]
@@ -254,15 +283,17 @@ class VideoFrames:
     def _missing(self, uri: str, err: FileNotFoundError) -> SnapshotDataMissingError:
         return SnapshotDataMissingError(missing_files_message("video", self._version, uri, err))
 
-    def _checked(
-        self, convert: Callable[[int], np.ndarray], offset: int, e: int, camera: int, frame: int
-    ) -> np.ndarray:
-        from pi_format.errors import VideoError
 
-        try:
-            return convert(offset)
-        except VideoError as err:
-            raise PiLoaderError(f"{self._where(e, camera, frame)}: {err}") from err
+def _pack_units(units: list[tuple[int, int, bool]]) -> bytes:
+    """A chunk's access units as int32 [start, end, is an IDR] triples (~25x smaller than the
+    list of tuples)."""
+    return array("i", [v for unit in units for v in unit]).tobytes()
+
+
+def _unpack_units(packed: bytes) -> list[tuple[int, int, bool]]:
+    flat = array("i")
+    flat.frombytes(packed)
+    return list(zip(flat[0::3], flat[1::3], map(bool, flat[2::3]), strict=True))
 
 
 _STATE = (

@@ -443,6 +443,24 @@ class Dataset:
         """The `index`-th sample of this epoch's order (see `sample`)."""
         return self.sample(self._flat(index))
 
+    def __getitems__(self, indices: Sequence[int]) -> list[dict[str, object]]:
+        """`[self[i] for i in indices]`, built as one batch (`samples`): what a torch
+        `DataLoader` with a batch size calls (torch >= 2.1), so its workers read and decode a
+        batch at a time instead of a batch of one per sample.
+
+        Example:
+            >>> [s["step"] for s in ds.__getitems__([0, 1])] == [ds[0]["step"], ds[1]["step"]]
+            True
+        """
+        batch = self.samples([self._flat(i) for i in indices])
+        ids, steps = batch["episode_id"].tolist(), batch["step"].tolist()
+        out: list[dict[str, object]] = []
+        for row, (episode_id, step) in enumerate(zip(ids, steps, strict=True)):
+            sample: dict[str, object] = {key: value[row] for key, value in batch.items()}
+            sample["episode_id"], sample["step"] = episode_id, step
+            out.append(sample)
+        return out
+
     def sample(self, flat_index: int) -> dict[str, object]:
         """Sample number `flat_index` in (episode_id, step) order, before any shuffling.
 

@@ -146,16 +146,21 @@ class SampleGather:
         outs: list[np.ndarray | None] = [None] * cameras
         # Stored frames go straight from the decoder into the batch (no crop, no resize).
         direct = self._spec.crop is None and self._spec.resize is None
-        sizes = self._sizes
-        for i in np.lexsort((wanted, c_of, episodes[b_of])):
-            b, j, c = int(b_of[i]), int(j_of[i]), int(c_of[i])
-            e = int(episodes[b])
+        order = np.lexsort((wanted, c_of, episodes[b_of]))
+        e_of = episodes[b_of]
+        # Python ints, once per batch: the loop below runs per frame (benchmarks/loader/PROFILE.md)
+        visits = zip(
+            e_of[order].tolist(), b_of[order].tolist(), j_of[order].tolist(), c_of[order].tolist(),
+            wanted[order].tolist(), self._sizes[e_of[order]].tolist(), strict=True,
+        )  # fmt: skip
+        frame = self._video.frame
+        for e, b, j, c, f, (height, width, *_) in visits:
             out = outs[c]
-            if direct and out is not None and out.shape[-3] == sizes[e, 0] and out.shape[-2] == sizes[e, 1]:
-                self._video.frame(e, c, int(wanted[i]), out=out[(b, j) if history else b])
+            if direct and out is not None and out.shape[-3] == height and out.shape[-2] == width:
+                frame(e, c, f, out[(b, j) if history else b])
                 continue
             camera = self._cameras[c]
-            image = self._image(e, c, int(wanted[i]))
+            image = self._image(e, c, f)
             if out is None:
                 shape = (count, *((slots,) if history else ()), *image.shape)
                 key = IMAGE_KEY_PREFIX + camera

@@ -264,3 +264,21 @@ def test_import_stays_light() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_getitems_is_the_samples_one_by_one_built_as_one_batch(lake: FakeLake) -> None:
+    ds = Dataset(lake.layout, seed=3, action_horizon=H)
+    positions = [5, 0, len(ds) - 1, 5, -1]  # repeats and a negative position, as indexing allows
+    got = ds.__getitems__(positions)
+    assert ds.read_stats["steps_lookups"] <= len({ds.locate(i)[0] for i in positions})  # one batch
+    want = [Dataset(lake.layout, seed=3, action_horizon=H)[i] for i in positions]
+    assert len(got) == len(want)
+    for g, w in zip(got, want, strict=True):
+        assert g.keys() == w.keys()
+        assert type(g["episode_id"]) is str and type(g["step"]) is int
+        assert (g["episode_id"], g["step"]) == (w["episode_id"], w["step"])
+        for key in g.keys() - {"episode_id", "step"}:
+            np.testing.assert_array_equal(_arr(g, key), _arr(w, key))
+            assert _arr(g, key).dtype == _arr(w, key).dtype
+    with pytest.raises(IndexError, match="out of range"):
+        ds.__getitems__([0, len(ds)])
