@@ -1,19 +1,21 @@
-"""Write the figures the READMEs quote from the committed JSON, so that docs cannot go stale.
+"""Write the figures the READMEs and docs pages quote from the committed JSON, so docs cannot go stale.
 
-Each quoted table sits between two marker comments in a README:
+Each quoted table sits between two marker comments in a document:
 
     <!-- figures:scale (generated from benchmarks/baselines: do not edit) -->
     ...
     <!-- /figures:scale -->
 
 and is replaced by what `benchmarks._doc_tables.BLOCKS["scale"]` makes of `benchmarks/baselines/`.
-Commit a new baseline JSON, run this, commit the READMEs with it.
+Commit a new baseline JSON, run this, commit the documents with it. The documents are
+`documents(root)`: the three READMEs and every page of the docs site (`docs/**/*.md`), so a block
+moved into a docs page is rendered there.
 
     python -m benchmarks.render_docs            # rewrite the blocks in place
-    python -m benchmarks.render_docs --check    # exit 1 (and print the diff) where a README differs
+    python -m benchmarks.render_docs --check    # exit 1 (and print the diff) where a document differs
+    python -m benchmarks.render_docs --list     # the documents it renders, one a line
 
-`--root DIR` works on another checkout (DIR/README.md, DIR/benchmarks/README.md,
-DIR/benchmarks/baselines/README.md and DIR/benchmarks/baselines/*.json).
+`--root DIR` works on another checkout (its documents and DIR/benchmarks/baselines/*.json).
 """
 
 from __future__ import annotations
@@ -27,11 +29,25 @@ from pathlib import Path
 from benchmarks._doc_tables import BLOCKS
 
 ROOT = Path(__file__).resolve().parent.parent
-DOCS = ("README.md", "benchmarks/README.md", "benchmarks/baselines/README.md")
+READMES = ("README.md", "benchmarks/README.md", "benchmarks/baselines/README.md")
+DOCS_DIR = "docs"  # the docs site's pages (mkdocs.yml `docs_dir`)
 _BLOCK = re.compile(
     r"(<!-- figures:(?P<name>\w+)\b[^>]*-->\n)(?P<body>.*?)(<!-- /figures:(?P=name) -->)", re.S
 )
 _OPEN = re.compile(r"<!-- figures:(\w+)\b")
+
+
+def documents(root: Path) -> list[str]:
+    """The files whose figures blocks are rendered: the READMEs, then every docs page, sorted.
+
+    The one list of them (the tests ask for it with `--list`).
+
+    Example:
+        >>> documents(ROOT)[:3]
+        ['README.md', 'benchmarks/README.md', 'benchmarks/baselines/README.md']
+    """
+    pages = sorted(p.relative_to(root).as_posix() for p in (root / DOCS_DIR).rglob("*.md"))
+    return [*READMES, *pages]
 
 
 class RenderError(ValueError):
@@ -66,12 +82,19 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m benchmarks.render_docs", description=__doc__.split("\n\n")[0]
     )
-    parser.add_argument("--check", action="store_true", help="change nothing; exit 1 where a README differs")
+    parser.add_argument(
+        "--check", action="store_true", help="change nothing; exit 1 where a document differs"
+    )
+    parser.add_argument("--list", action="store_true", help="print the documents it renders and exit")
     parser.add_argument("--root", type=Path, default=ROOT, help="the checkout (default: this one)")
     args = parser.parse_args(argv)
     baselines = args.root / "benchmarks" / "baselines"
+    docs = documents(args.root)
+    if args.list:
+        print("\n".join(docs))
+        return 0
     stale = []
-    for name in DOCS:
+    for name in docs:
         path = args.root / name
         text = path.read_text()
         try:
@@ -98,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 1
     if args.check:
-        print(f"render_docs: {', '.join(DOCS)} match benchmarks/baselines")
+        print(f"render_docs: {', '.join(docs)} match benchmarks/baselines")
     return 0
 
 

@@ -1,6 +1,7 @@
-"""The READMEs' figures are generated from the committed JSON (`python -m benchmarks.render_docs`):
-the committed READMEs must be what it writes, and a changed baseline or a hand-edited figure
-must make the check fail. Run as a command (tests never import benchmarks)."""
+"""The figures of the READMEs and the docs pages are generated from the committed JSON
+(`python -m benchmarks.render_docs`): the committed documents must be what it writes, and a changed
+baseline or a hand-edited figure must make the check fail. Run as a command (tests never import
+benchmarks); which documents it renders is its own list (`--list`)."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
-DOCS = ("README.md", "benchmarks/README.md", "benchmarks/baselines/README.md")
+LOADER_PAGE = "docs/loader.md"  # the page holding the norm_bound block
 
 
 def _render(*args: str) -> subprocess.CompletedProcess[str]:
@@ -27,6 +28,26 @@ def _render(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+def _copy_checkout(tmp_path: Path) -> list[str]:
+    listed = _render("--list")
+    assert listed.returncode == 0, listed.stderr
+    docs = listed.stdout.split()
+    for doc in docs:
+        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy(ROOT / doc, tmp_path / doc)
+    (tmp_path / "benchmarks" / "baselines").mkdir(parents=True, exist_ok=True)
+    for path in (ROOT / "benchmarks" / "baselines").glob("*.json"):
+        shutil.copy(path, tmp_path / "benchmarks" / "baselines" / path.name)
+    return docs
+
+
+def test_it_renders_the_readmes_and_every_docs_page() -> None:
+    docs = _render("--list").stdout.split()
+    pages = sorted(p.relative_to(ROOT).as_posix() for p in (ROOT / "docs").rglob("*.md"))
+    assert docs[:3] == ["README.md", "benchmarks/README.md", "benchmarks/baselines/README.md"]
+    assert docs[3:] == pages and LOADER_PAGE in pages
+
+
 def test_the_committed_readmes_are_what_the_json_renders() -> None:
     done = _render("--check")
     assert done.returncode == 0, (
@@ -36,11 +57,7 @@ def test_the_committed_readmes_are_what_the_json_renders() -> None:
 
 
 def test_a_changed_baseline_or_a_hand_edited_figure_fails_the_check(tmp_path: Path) -> None:
-    for doc in DOCS:
-        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / doc, tmp_path / doc)
-    for path in (ROOT / "benchmarks" / "baselines").glob("*.json"):
-        shutil.copy(path, tmp_path / "benchmarks" / "baselines" / path.name)
+    _copy_checkout(tmp_path)
     assert _render("--check", "--root", str(tmp_path)).returncode == 0
 
     # a new baseline: its figure must reach the README
@@ -57,22 +74,18 @@ def test_a_changed_baseline_or_a_hand_edited_figure_fails_the_check(tmp_path: Pa
     assert "7.77 (7.50–8.25)" in (tmp_path / "benchmarks" / "README.md").read_text()
     assert _render("--check", "--root", str(tmp_path)).returncode == 0
 
-    # a figure typed by hand inside a block
-    readme = tmp_path / "README.md"
-    text = readme.read_text()
+    # a figure typed by hand inside a block of a docs page
+    page = tmp_path / LOADER_PAGE
+    text = page.read_text()
     assert "| bound | 1.73% | 1.07% |" in text
-    readme.write_text(text.replace("| bound | 1.73% | 1.07% |", "| bound | 1.73% | 0.44% |"))
+    page.write_text(text.replace("| bound | 1.73% | 1.07% |", "| bound | 1.73% | 0.44% |"))
     edited = _render("--check", "--root", str(tmp_path))
-    assert edited.returncode == 1 and "README.md" in edited.stderr
+    assert edited.returncode == 1 and LOADER_PAGE in edited.stderr
 
 
 def test_a_block_without_its_closing_marker_is_refused(tmp_path: Path) -> None:
-    for doc in DOCS:
-        (tmp_path / doc).parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy(ROOT / doc, tmp_path / doc)
-    for path in (ROOT / "benchmarks" / "baselines").glob("*.json"):
-        shutil.copy(path, tmp_path / "benchmarks" / "baselines" / path.name)
-    readme = tmp_path / "README.md"
-    readme.write_text(readme.read_text().replace("<!-- /figures:norm_bound -->", ""))
+    _copy_checkout(tmp_path)
+    page = tmp_path / LOADER_PAGE
+    page.write_text(page.read_text().replace("<!-- /figures:norm_bound -->", ""))
     done = _render("--check", "--root", str(tmp_path))
     assert done.returncode == 2 and "no closing marker: ['norm_bound']" in done.stderr, done.stderr
