@@ -26,11 +26,12 @@ from pi_format import LakeLayout
 from pi_jobs.ui._errors import NotFound
 from pi_jobs.ui._names import DimensionNames
 
-# 4,000 episodes: their sketches and moments are ~20 MB to read and merge in ~0.2 s, which
-# keeps the page under 1 s at 100,000 episodes (benchmarks/ui); a quantile merged from 4,000
-# episodes of ~100 steps is within the sketch's bound (pi_format.stats.rank_error_bound).
-SKETCH_SAMPLE = 4_000
-SAMPLE_RUNS = 8
+# 2,000 episodes in 4 runs: their sketches and moments are read from ~4-8 row groups and merged
+# in ~0.5 s at 100,000 episodes (4,000 in 8 runs took 0.6-1.5 s: benchmarks/ui/browse.py); a
+# quantile merged from 2,000 episodes of ~100 steps is within the sketch's bound
+# (pi_format.stats.rank_error_bound), far below what a chart shows.
+SKETCH_SAMPLE = 2_000
+SAMPLE_RUNS = 4
 # the quantiles drawn per dimension (a box from q10 to q90, whiskers at q01 and q99)
 QUANTILES = (0.01, 0.1, 0.5, 0.9, 0.99)
 HISTOGRAM_BINS = 30
@@ -134,10 +135,16 @@ def _sketch_rows(layout: LakeLayout, ids: pa.Array, keep: Callable[[pa.Table], p
     from pi_format.lake.visibility import COMMIT_COLUMNS
 
     dataset = DeltaTable(layout.episodes).to_pyarrow_dataset()
-    stats = [f"{k}_{s}" for k in _KINDS for s in ("mean", "std", "min", "max")]
+    wanted = pc.field("episode_id").isin(ids)
+    # the float32 mean/std only where a row predates the float64 moments (merge_norm_stats
+    # falls back to them): a third of the bytes read otherwise
+    stats = [f"{k}_{s}" for k in _KINDS for s in ("min", "max")]
     columns = list(dict.fromkeys([*COMMIT_COLUMNS, *_STATS, *stats, *NORM_STATS_COLUMNS]))
-    columns = [c for c in columns if c in dataset.schema.names]
-    rows = dataset.to_table(columns=columns, filter=pc.field("episode_id").isin(ids))
+    rows = dataset.to_table(columns=[c for c in columns if c in dataset.schema.names], filter=wanted)
+    exact = [f"{k}_{s}" for k in _KINDS for s in ("mean64", "m2")]
+    if any(c not in rows.column_names or rows.column(c).null_count for c in exact):
+        columns += [f"{k}_{s}" for k in _KINDS for s in ("mean", "std")]
+        rows = dataset.to_table(columns=[c for c in columns if c in dataset.schema.names], filter=wanted)
     return keep(rows)
 
 
@@ -160,18 +167,25 @@ def _distributions(rows: pa.Table, names: DimensionNames) -> tuple[tuple[Distrib
         )
     )
     moments = merge_norm_stats(mine, _KINDS, quantiles=False)
-    out = []
-    for kind in _KINDS:
+    dims = [len(moments[kind].mean) for kind in _KINDS]
+    sketches = [mine.column(f"{kind}_sketch") for kind in _KINDS if f"{kind}_sketch" in mine.column_names]
+    merged = None
+    if len(sketches) == len(_KINDS) and all(c.null_count == 0 for c in sketches) and all(dims):
+        # both features' sketches decoded into one array and merged in one pass
+        merged = merge_quantiles(decode_sketches(*sketches), QUANTILES)
+    out, at = [], 0
+    for kind, d in zip(_KINDS, dims, strict=True):
         m = moments[kind]
         quantiles: dict[str, list[float]] = {}
-        column = mine.column(f"{kind}_sketch") if f"{kind}_sketch" in mine.column_names else None
-        if column is not None and column.null_count == 0 and len(m.mean):
-            qs = merge_quantiles(decode_sketches(column), QUANTILES)
-            quantiles = {f"q{round(q * 100):02d}": qs[i].tolist() for i, q in enumerate(QUANTILES)}
+        if merged is not None:
+            quantiles = {
+                f"q{round(q * 100):02d}": merged[i, at : at + d].tolist() for i, q in enumerate(QUANTILES)
+            }
+        at += d
         out.append(
             Distribution(
                 kind=kind,
-                names=names.names(str(top["robot_type"]), kind, len(m.mean)),
+                names=names.names(str(top["robot_type"]), kind, d),
                 quantiles=quantiles,
                 mean=m.mean.tolist(),
                 std=m.std.tolist(),
