@@ -62,7 +62,8 @@ class Annotation:
     Args:
         episode_id: the episode.
         attempt_id: the attempt it was written against (the visible one when imported).
-        step_start, step_end: the span, half-open, 0 <= start < end.
+        step_start: the span's first step (0 <= step_start < step_end).
+        step_end: the step after the span's last (the span is half-open).
         kind: one of ANNOTATION_KINDS; a quality_score's value is a finite number.
         value: the text (an instruction, a subtask name, a tag, a score as text).
         source: who or what wrote it ("labeler-a", "lerobot:tasks").
