@@ -46,7 +46,9 @@ def _cmd_view(settings: Settings, args: argparse.Namespace) -> int:
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register this group's commands on the `pilake` parser."""
     p = sub.add_parser(
-        "ui", help="browse the lake: overview, SQL, episodes with video and plots, quarantine, pins"
+        "ui",
+        help="browse the lake: overview, episode list, SQL, episodes with video and plots, dataset "
+        "statistics, quarantine, pins",
     )
     p.add_argument("--port", type=int, default=8765)
     p.add_argument(

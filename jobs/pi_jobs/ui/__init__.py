@@ -1,12 +1,17 @@
 """pi_jobs.ui: `pilake ui`, a read-only browser over a lake and its catalog, and `pilake view
 --rerun`, an episode as a Rerun recording.
 
-Pages (server-rendered, Starlette + Jinja2, charts by the vendored uPlot): Overview, Query (one
+Pages (server-rendered, Starlette + Jinja2, charts by the vendored uPlot): Overview, Episodes
+(a paged list filtered by robot, task, success, length, start time and annotation, sortable;
+every value a bound parameter or a 400: `_episodes`), Dataset (length histogram, success by
+robot and task, per-dimension quantiles merged from the stored sketches of a pin, a SQL
+selection or the Episodes filters: `_dataset`; docs/ui.md), Query (one
 SELECT over the catalog's tables only: screened on the engine's own parse, every function
 classified, run read-only under time, memory and result limits, a bounded number at a time
 beside the other pages; docs/ui-sql.md says what is protected and what is not), Episode
 (every camera as an MP4 remuxed from the lake's H.264 chunks, proprio/action plots whose cursor
-follows the video),
+follows the video, their dimensions named from the robot registry and the annotations marked;
+prev/next within the Episodes list it was opened from),
 Quarantine and Pins. It reads through pi_catalog, pi_format.lake, pi_jobs.ops and
 pi_jobs.maintenance.datasets, and writes nothing but its cache of remuxed videos.
 
