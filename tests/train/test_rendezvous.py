@@ -19,7 +19,7 @@ from pi_train._rendezvous import host_record, torch_store
 
 from tests.train.conftest import REPO, child_env
 
-TIMEOUT_S = 3.0
+TIMEOUT_S = 2.0
 
 
 def _group(rank: int, world: int, port: int, **changes: Any) -> ProcessGroup:
@@ -101,7 +101,7 @@ import sys
 from pi_train import ProcessGroup, RendezvousError, TrainConfig
 from pi_train._rendezvous import host_record, jax_initialize
 rank, world, port, batch = map(int, sys.argv[1:5])
-group = ProcessGroup(rank=rank, world_size=world, port=port, rendezvous_timeout_s=3.0)
+group = ProcessGroup(rank=rank, world_size=world, port=port, rendezvous_timeout_s=2.0)
 try:
     jax_initialize(group, host_record(TrainConfig(lake="lake", framework="jax", batch_size=batch), group))
 except RendezvousError as err:
