@@ -6,7 +6,7 @@ import bisect
 import io
 import os
 import threading
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import av
 import numpy as np
@@ -209,19 +209,20 @@ class ChunkDecoder:
         >>> rgb = decoder.rgb(3)   # intra-only: decodes frame 3 alone; one GOP: frames 0..3
     """
 
-    def __init__(self, data: bytes, units: list[tuple[int, int, bool]] | None = None) -> None:
+    def __init__(self, data: bytes, units: Sequence[tuple[int, int, int]] | None = None) -> None:
         self._size_bytes = len(data)
-        # `units`: this chunk's `access_unit_bounds`, known from an earlier decoder of the same
-        # bytes (`access_units`): a reader that keeps them skips the scan.
+        # `units`: this chunk's `access_unit_bounds` (start, end, is an IDR), known from an
+        # earlier decoder of the same bytes (`access_units`): a reader that keeps them skips the
+        # scan.
         bounds = access_unit_bounds(data) if units is None else units
         self._units = bounds
-        # Access units stay views of `data` until decoded: an intra-only chunk makes the one
-        # packet it decodes, not one per frame.
-        self._packets: list[av.Packet | memoryview]
+        # Access units stay (start, end) of `data` until decoded: an intra-only chunk makes the
+        # one packet it decodes, not one per frame.
+        self._data = data
+        self._packets: Sequence[av.Packet | tuple[int, int, int]]
         if bounds is not None:
-            view = memoryview(data)
-            self._packets = [view[start:end] for start, end, _ in bounds]
-            keys = [key for _, _, key in bounds]
+            self._packets = bounds
+            keys: list[int] = [key for _, _, key in bounds]
         else:  # not plain Annex-B as pi-lake writes it: FFmpeg's parser decides
             try:
                 parsed = _THREAD.parse(data)
@@ -242,7 +243,7 @@ class ChunkDecoder:
         self._lock = threading.RLock()
 
     @property
-    def access_units(self) -> list[tuple[int, int, bool]] | None:
+    def access_units(self) -> Sequence[tuple[int, int, int]] | None:
         """(start, end, is an IDR) of each access unit of the chunk (`access_unit_bounds`), to
         pass as `units` to a later decoder of the same bytes; None when FFmpeg's parser split it."""
         return self._units
@@ -320,9 +321,13 @@ class ChunkDecoder:
             self._ctx, self._cursor = None, None  # unknown until this decode ends cleanly
         try:
             while next_frame <= index and next_packet < len(self._packets):
-                packet = self._packets[next_packet]
-                if not isinstance(packet, av.Packet):
-                    packet = av.Packet(packet)  # type: ignore[arg-type]  # any buffer; the stub says bytes
+                unit = self._packets[next_packet]
+                if isinstance(unit, av.Packet):
+                    packet = unit
+                else:
+                    start, end, _ = unit
+                    # any buffer; the stub says bytes
+                    packet = av.Packet(memoryview(self._data)[start:end])  # type: ignore[arg-type]
                 frames = ctx.decode(packet)
                 next_packet += 1
                 for frame in frames:

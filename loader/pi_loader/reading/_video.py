@@ -16,8 +16,8 @@ builds its own caches.
 
 from __future__ import annotations
 
+import struct
 import threading
-from array import array
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -284,16 +284,14 @@ class VideoFrames:
         return SnapshotDataMissingError(missing_files_message("video", self._version, uri, err))
 
 
-def _pack_units(units: list[tuple[int, int, bool]]) -> bytes:
-    """A chunk's access units as int32 [start, end, is an IDR] triples (~25x smaller than the
+def _pack_units(units: Sequence[tuple[int, int, int]]) -> bytes:
+    """A chunk's access units as int32 (start, end, is an IDR) triples (~25x smaller than the
     list of tuples)."""
-    return array("i", [v for unit in units for v in unit]).tobytes()
+    return struct.pack(f"{3 * len(units)}i", *(int(v) for unit in units for v in unit))
 
 
-def _unpack_units(packed: bytes) -> list[tuple[int, int, bool]]:
-    flat = array("i")
-    flat.frombytes(packed)
-    return list(zip(flat[0::3], flat[1::3], map(bool, flat[2::3]), strict=True))
+def _unpack_units(packed: bytes) -> list[tuple[int, int, int]]:
+    return list(struct.iter_unpack("3i", packed))
 
 
 _STATE = (

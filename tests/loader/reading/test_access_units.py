@@ -86,7 +86,7 @@ def test_units_that_do_not_fit_the_bytes_are_refused(loader_lake: FakeLake) -> N
     want = good.rgb(2)
     assert np.array_equal(ChunkDecoder(data, units).rgb(2), want)
     rng = np.random.default_rng(35)
-    bad_units: list[list[tuple[int, int, bool]]] = [
+    bad_units: list[list[tuple[int, int, int]]] = [
         [(0, 3, True)] * len(units),  # a start code and nothing else
         [(len(data), len(data) + 100, True)] * len(units),  # past the end
         [(s + 1, e, k) for s, e, k in units],  # off by one byte
