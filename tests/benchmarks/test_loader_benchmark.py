@@ -29,12 +29,16 @@ EPISODES, STEPS = 3, 12
 WARMUP_BATCHES = 2
 # Legs as run.py runs them (its LOADERS of the same names), on this lake; batches of 4 divide its
 # 36 samples. One process per leg costs its imports (about 1.5 s of CPU for a raw leg, 4.5 s for a
-# pi_loader leg, which imports torch): these three take each path of the raw leg's decoding (one
-# frame at a time, decoders in an LRU) and pi_loader with every option the benchmark passes it.
+# pi_loader leg, which imports torch): these take each path of the raw leg's decoding (one
+# frame at a time, decoders in an LRU) and pi_loader with every option the benchmark passes it
+# (its Loader's batches through a torch DataLoader too).
 LEGS: dict[str, list[str]] = {
     "raw_numpy": ["raw", "--workers", "1", "--batch-size", "4"],
     "raw_cached": ["raw", "--workers", "1", "--batch-size", "4", "--rgb24", "--chunk-cache", "4"],
     "pi_loader_lean": ["pi_loader", "--workers", "0", "--batch-size", "5", "--horizon", "4", "--lean"],
+    "pi_loader_torch_batches": [
+        *("pi_loader", "--workers", "1", "--batch-size", "6", "--horizon", "4", "--api", "torch_batches"),
+    ],
 }
 
 
@@ -143,3 +147,14 @@ def test_run_refuses_an_unknown_loader_before_building_anything(tmp_path: Path) 
     assert proc.returncode == 2, proc.stdout + proc.stderr
     assert "unknown loaders ['nope']" in proc.stderr
     assert not (tmp_path / "data").exists()
+
+
+def test_torch_batches_leg_hands_out_the_loaders_batches_as_tensors(
+    leg_runs: dict[str, subprocess.Popen[str]],
+) -> None:
+    r = leg_result(leg_runs, "pi_loader_torch_batches")
+    assert r["api"] == "pi_loader.adapters.torch_dataloader(pi_loader.Loader(...))"
+    for camera in CAMERAS:
+        assert r["first_batch"][f"observation.images.{camera}"] == [6, 32, 32, 3]
+    assert r["first_batch"]["action"] == [6, 4, 2]
+    assert r["measured_samples"] > 0 and r["cpu_ms_per_sample"] > 0
