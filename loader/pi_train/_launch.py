@@ -82,7 +82,9 @@ def launch(
     forwarded = False
     try:
         with stop.installed():
-            while any(p.poll() is None for p in procs):
+            # poll every process (not any(...), which stops at the first one still running and
+            # would never see a later rank's failure)
+            while [p.poll() for p in procs].count(None):
                 codes = [p.returncode for p in procs if p.returncode not in (None, 0)]
                 if codes:
                     failed = codes[0]
