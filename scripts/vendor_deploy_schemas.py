@@ -37,6 +37,9 @@ KUBERNETES_KINDS = {
     "batch/v1/CronJob": "io.k8s.api.batch.v1.CronJob",
     "batch/v1/Job": "io.k8s.api.batch.v1.Job",  # the training workload (training.yaml)
     "v1/PersistentVolumeClaim": "io.k8s.api.core.v1.PersistentVolumeClaim",
+    # disruption budgets and network policies (issue 32: tests/deploy/test_k8s_policy.py)
+    "policy/v1/PodDisruptionBudget": "io.k8s.api.policy.v1.PodDisruptionBudget",
+    "networking.k8s.io/v1/NetworkPolicy": "io.k8s.api.networking.v1.NetworkPolicy",
     # custom resources' metadata is validated as Kubernetes validates it
     "ObjectMeta": "io.k8s.apimachinery.pkg.apis.meta.v1.ObjectMeta",
 }

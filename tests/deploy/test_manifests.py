@@ -54,6 +54,8 @@ API_VERSIONS = {
     "CronJob": "batch/v1",
     "Job": "batch/v1",
     "PersistentVolumeClaim": "v1",
+    "PodDisruptionBudget": "policy/v1",
+    "NetworkPolicy": "networking.k8s.io/v1",
     "Kustomization": "kustomize.config.k8s.io/v1beta1",
     "PodMonitor": "monitoring.coreos.com/v1",
 }
