@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import re
+import shlex
 import shutil
 import subprocess
 import sys
@@ -106,3 +107,36 @@ def test_the_strict_build_fails_on_a_broken_link_a_missing_anchor_and_an_omitted
     assert "no-such-heading" in out, out[-3000:]
     assert "orphan.md" in out, out[-3000:]
     assert "Aborted with 3 warnings in strict mode" in out, out[-3000:]  # those three, nothing else
+
+
+def _shell_commands(block: str) -> list[list[str]]:
+    """The commands of a bash block, a quoted argument spanning lines kept whole."""
+    commands, pending = [], ""
+    for line in block.splitlines():
+        pending += line + "\n"
+        try:
+            words = shlex.split(pending, comments=True)
+        except ValueError:  # a quote still open: the command goes on
+            continue
+        if words:
+            commands.append(words)
+        pending = ""
+    assert not pending.strip(), f"unterminated command: {pending!r}"
+    return commands
+
+
+def test_the_readme_tour_commands_parse_with_the_cli() -> None:
+    """`pilake` CLI renames break the tour: every pilake command of the README's bash blocks must
+    parse (argparse exits 2 on an unknown command or flag)."""
+    from pi_jobs.cli import build_parser
+
+    text = (ROOT / "README.md").read_text()
+    blocks = re.findall(r"```bash\n(.*?)```", text, flags=re.S)
+    commands = [c for block in blocks for c in _shell_commands(block) if c[0] == "pilake"]
+    assert {c[1] for c in commands} >= {"sql", "dataset", "train", "ui"}, commands
+    parser = build_parser()
+    for command in commands:
+        try:
+            parser.parse_args(command[1:])
+        except SystemExit as exit_:
+            raise AssertionError(f"README.md's `{shlex.join(command)}` does not parse") from exit_
