@@ -51,7 +51,7 @@ STRIMZI_CRDS = [
 ]
 REPORTER_EXAMPLES = "packaging/examples/metrics/strimzi-metrics-reporter"
 FLINK_CRDS = ["flinkdeployments.flink.apache.org-v1.yml"]
-PROMETHEUS_CRDS = ["podmonitors", "servicemonitors"]
+PROMETHEUS_CRDS = ["podmonitors", "servicemonitors", "prometheusrules"]
 
 
 def _show(repo: Path, ref: str, path: str) -> str:

@@ -58,6 +58,7 @@ API_VERSIONS = {
     "NetworkPolicy": "networking.k8s.io/v1",
     "Kustomization": "kustomize.config.k8s.io/v1beta1",
     "PodMonitor": "monitoring.coreos.com/v1",
+    "PrometheusRule": "monitoring.coreos.com/v1",
 }
 
 
