@@ -3,13 +3,14 @@
 The counters live in this package's own registry (`REGISTRY`), so a process that also runs a
 loader or a stream job never mixes their series. Counting always happens (a few integer
 increments per episode); serving `/metrics` happens only when `UploaderConfig.metrics_port` is
-set, once per process (`serve_metrics`). The spool's size is measured when scraped, from the
-bundle files on disk, so the upload loop never pays for it.
+set, once per process (`serve_metrics`). The spool's size and the age of its oldest episode are
+measured when scraped, from the bundle files on disk, so the upload loop never pays for it.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 import weakref
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,6 +80,10 @@ KAFKA_STALLS = Counter(
 )
 for _call in ("producer_destroy", "consumer_close"):  # a 0 series from the start, for alerts
     KAFKA_STALLS.labels(_call)
+# A 0 series from the start: an uploader that never got an ack must still have the series that
+# PilakeUploaderNotAcknowledged's rate() reads (without it the alert cannot fire).
+for _status in ("committed", "quarantined"):
+    ACKED.labels(_status)
 
 # Every series name this module exports (counters with their _total suffix), for the
 # dashboard test and `pilake status`.
@@ -93,6 +98,7 @@ METRIC_NAMES = (
     "pilake_uploader_kafka_stalls_total",
     "pilake_uploader_spool_bytes",
     "pilake_uploader_spool_episodes",
+    "pilake_uploader_oldest_spooled_seconds",
 )
 
 
@@ -109,18 +115,28 @@ class _SpoolCollector(Collector):
         from pi_format.wire import BUNDLE_SUFFIX
 
         size = count = 0
+        oldest: float | None = None
         for root in {Path(s.root).absolute() for s in list(self._spools)}:
             for bundle in root.glob(f"*{BUNDLE_SUFFIX}"):
                 try:
-                    size += bundle.stat().st_size
-                    count += 1
+                    st = bundle.stat()
                 except FileNotFoundError:  # confirmed while we looked
                     continue
+                size += st.st_size
+                count += 1
+                # a bundle is written once, when its episode is spooled (Spool.add)
+                oldest = st.st_mtime if oldest is None else min(oldest, st.st_mtime)
         yield GaugeMetricFamily(
             "pilake_uploader_spool_bytes", "Bytes of episode bundles waiting in the spool.", value=size
         )
         yield GaugeMetricFamily(
             "pilake_uploader_spool_episodes", "Episodes waiting in the spool for a lake ack.", value=count
+        )
+        yield GaugeMetricFamily(
+            "pilake_uploader_oldest_spooled_seconds",
+            "Age of the oldest episode waiting in the spool for a lake ack (now minus the time its "
+            "bundle was written); 0 when the spool is empty.",
+            value=0.0 if oldest is None else max(0.0, time.time() - oldest),
         )
 
 

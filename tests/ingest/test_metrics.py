@@ -88,3 +88,33 @@ def test_metrics_port_zero_is_off(tmp_path: Path) -> None:
         UploaderConfig("127.0.0.1:1", tmp_path, metrics_port=-1)
     with pytest.raises(ValueError, match="metrics_port"):
         UploaderConfig("127.0.0.1:1", tmp_path, metrics_port=False)
+
+
+def test_acked_series_exist_at_zero_and_the_oldest_spooled_age_is_served(tmp_path: Path) -> None:
+    """An uploader never acknowledged still serves pilake_uploader_episodes_acked_total (at 0),
+    or PilakeUploaderNotAcknowledged's rate() has nothing to read; the age of the oldest spooled
+    episode is read from the spool's bundles when scraped (0 for an empty spool)."""
+    import os
+    import time
+
+    from pi_ingest import Spool
+    from pi_ingest._metrics import REGISTRY, watch_spool
+
+    def sample(name: str, **labels: str) -> float | None:
+        value = REGISTRY.get_sample_value(name, labels or None)
+        return None if value is None else float(value)
+
+    for status in ("committed", "quarantined"):
+        assert sample("pilake_uploader_episodes_acked_total", status=status) is not None
+    spool = Spool(tmp_path / "spool")
+    watch_spool(spool)
+    assert sample("pilake_uploader_oldest_spooled_seconds") == 0.0
+    episode = _episodes(seed=7301, count=1)[0]
+    entry = spool.add(episode.episode_id, encode_episode(episode))
+    from pi_format.wire import BUNDLE_SUFFIX
+
+    bundle = tmp_path / "spool" / f"{entry.episode_id}{BUNDLE_SUFFIX}"
+    hour_ago = time.time() - 3600
+    os.utime(bundle, (hour_ago, hour_ago))  # spooled an hour ago
+    age = sample("pilake_uploader_oldest_spooled_seconds")
+    assert age is not None and 3600 <= age < 3600 + 600

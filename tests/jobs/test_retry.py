@@ -121,3 +121,36 @@ def test_a_deployed_job_never_gives_up_and_the_embedded_one_does(monkeypatch: py
     # the launcher exports settings into os.environ: give it a copy, dropped after the test
     monkeypatch.setattr(os, "environ", {**os.environ, "PILAKE_HOME": "/tmp/pilake-launcher-test"})
     assert module.job_config().restart_attempts is None
+
+
+def test_retries_and_final_failures_are_counted_by_operation() -> None:
+    """Each retried attempt and each final failure shows in the worker's metrics
+    (PilakeStreamStalled reads them: a store that is down stops commits and episodes_in alike)."""
+    from pi_jobs.stream._metrics import OPERATIONS, REGISTRY
+
+    def count(kind: str, operation: str) -> float:
+        value = REGISTRY.get_sample_value(f"pilake_stream_dependency_{kind}_total", {"operation": operation})
+        assert value is not None, (kind, operation)  # a 0 series from the start
+        return float(value)
+
+    assert "lake_commit" in OPERATIONS and "catalog_record" in OPERATIONS
+    retries, failures = count("retries", "lake_commit"), count("failures", "lake_commit")
+    calls: list[int] = []
+
+    def twice_refused() -> str:
+        calls.append(1)
+        if len(calls) < 3:
+            raise OSError(DELTA_REFUSED)
+        return "committed"
+
+    assert with_retries("lake commit", twice_refused, retry_s=60, sleep=lambda s: None) == "committed"
+    assert count("retries", "lake_commit") == retries + 2
+    assert count("failures", "lake_commit") == failures
+
+    def denied() -> None:
+        raise OSError("Generic LocalFileSystem error: Permission denied (os error 13)")
+
+    before = count("failures", "catalog_record")
+    with pytest.raises(OSError, match="Permission denied"):
+        with_retries("catalog record", denied, retry_s=60, sleep=lambda s: None)
+    assert count("failures", "catalog_record") == before + 1

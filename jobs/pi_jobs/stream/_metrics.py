@@ -29,10 +29,13 @@ from prometheus_client.registry import Collector
 log = logging.getLogger("pi_jobs.stream")
 
 __all__ = [
+    "FRESHNESS_BUCKETS",
     "METRIC_NAMES",
+    "OPERATIONS",
     "REGISTRY",
     "LagCollector",
     "record_commit",
+    "record_dependency",
     "serve_first_free",
     "start_worker_metrics",
 ]
@@ -69,14 +72,36 @@ BYTES_WRITTEN = Counter(
 COMMIT_SECONDS = Histogram(
     "pilake_stream_commit_seconds",
     "Wall time of one group commit (Delta commits of every table plus the catalog update).",
-    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0),
+    # up to 300 s: a commit that waits out a store restart (dependency_retry_s, 120 s) lands
+    # in a finite bucket
+    buckets=(0.05, 0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0, 300.0),
     registry=REGISTRY,
+)
+# Bounds of the freshness histogram. PilakeFreshnessSlow's threshold (300 s) is one of them, and
+# there are finite buckets above it: histogram_quantile cannot return more than the top finite
+# bound, so a top bound under the threshold (it was 128 s) makes the alert unable to fire.
+FRESHNESS_BUCKETS = (
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.0,
+    4.0,
+    8.0,
+    16.0,
+    32.0,
+    64.0,
+    128.0,
+    300.0,
+    600.0,
+    1800.0,
+    3600.0,
 )
 FRESHNESS_SECONDS = Histogram(
     "pilake_stream_freshness_seconds",
     "Per committed episode: its Delta commit time minus the Kafka timestamp (producer send time) "
     "of its latest chunk; minus that chunk's arrival at the sink when records carry no timestamp.",
-    buckets=(0.1, 0.25, 0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 32.0, 64.0, 128.0),
+    buckets=FRESHNESS_BUCKETS,
     registry=REGISTRY,
 )
 HELD_BYTES = Gauge(
@@ -98,6 +123,28 @@ LIMIT_REFUSALS = Counter(
     ["limit"],
     registry=REGISTRY,
 )
+# The sink's operations on its dependencies that `pi_jobs.stream._retry.with_retries` retries
+# (the label values; each series exists at 0 from the start so that increase() sees the first).
+OPERATIONS = ("lake_open", "lake_commit", "catalog_record", "catalog_freshness_record")
+DEPENDENCY_RETRIES = Counter(
+    "pilake_stream_dependency_retries",
+    "Attempts of an operation on the lake store or the catalog that failed with a transient "
+    "error (connection refused, timeout, 5xx) and were retried, by operation. Rising while "
+    "nothing is committed: the object store or the catalog is down.",
+    ["operation"],
+    registry=REGISTRY,
+)
+DEPENDENCY_FAILURES = Counter(
+    "pilake_stream_dependency_failures",
+    "Operations on the lake store or the catalog that failed for good (not transient, or still "
+    "failing after dependency_retry_s): each fails the sink task, and Flink restarts it.",
+    ["operation"],
+    registry=REGISTRY,
+)
+for _operation in OPERATIONS:
+    DEPENDENCY_RETRIES.labels(_operation)
+    DEPENDENCY_FAILURES.labels(_operation)
+
 SUBTASK = Gauge(
     "pilake_stream_subtask", "Index of the sink subtask this worker process runs.", registry=REGISTRY
 )
@@ -117,6 +164,8 @@ METRIC_NAMES = (
     "pilake_stream_held_bytes",
     "pilake_stream_held_episodes",
     "pilake_stream_limit_refusals_total",
+    "pilake_stream_dependency_retries_total",
+    "pilake_stream_dependency_failures_total",
     "pilake_stream_subtask",
     "pilake_stream_consumer_lag_messages",
     "pilake_stream_partition_offset",
@@ -147,6 +196,17 @@ def record_commit(group: Sequence[Any], result: Any, *, seconds: float, committe
         FRESHNESS_SECONDS.observe(max(0.0, (committed_at_ns - last) / 1e9))
     COMMITTED.inc(len(committed))
     DUPLICATES.inc(len(result.duplicates))
+
+
+def record_dependency(operation: str, *, failed: bool) -> None:
+    """Count one retried (`failed=False`) or finally failed (`failed=True`) attempt of a sink
+    operation on the lake store or the catalog ("lake commit" and "lake_commit" are one label).
+
+    Example:
+        >>> record_dependency("lake commit", failed=False)
+    """
+    label = operation.replace(" ", "_")
+    (DEPENDENCY_FAILURES if failed else DEPENDENCY_RETRIES).labels(label).inc()
 
 
 class LagCollector(Collector):

@@ -5,8 +5,9 @@ they break. Failing the Flink task on the first refused connection costs a job r
 (a restore, a re-read from the last checkpoint) and, with a bounded restart strategy, the job
 itself after a few: so the sink retries an operation that failed because its server was
 unreachable or overloaded, with exponential back-off, for up to `retry_s` seconds, and only then
-lets the error fail the task. Errors that retrying cannot fix (a permission refused, a schema
-mismatch, a bad value) fail at once. A retried lake commit is safe: the writer re-reads the lake
+lets the error fail the task; each retry and each final failure is counted
+(pilake_stream_dependency_retries_total / _failures_total, by operation). Errors that
+retrying cannot fix (a permission refused, a schema mismatch, a bad value) fail at once. A retried lake commit is safe: the writer re-reads the lake
 and commits only what is not committed yet (decision 3), as after a restart.
 """
 
@@ -84,6 +85,17 @@ def is_transient(err: BaseException) -> bool:
     return False
 
 
+def _count(what: str, *, failed: bool) -> None:
+    """Count the attempt in the worker's metrics (pilake_stream_dependency_retries_total /
+    _failures_total); counting never fails the operation."""
+    try:
+        from pi_jobs.stream import _metrics
+
+        _metrics.record_dependency(what, failed=failed)
+    except Exception as err:  # pragma: no cover - a metrics bug must not fail a commit
+        log.debug("dependency metrics: %s", err)
+
+
 def with_retries(
     what: str,
     attempt: Callable[[], T],
@@ -109,8 +121,10 @@ def with_retries(
             result = attempt()
         except Exception as err:
             if not is_transient(err) or time.monotonic() + delay > deadline:
+                _count(what, failed=True)
                 raise
             failures += 1
+            _count(what, failed=False)
             log.warning("%s failed (%s); retry %d in %.1f s", what, str(err)[:300], failures, delay)
             sleep(delay)
             delay = min(delay * 2, max_delay_s)
