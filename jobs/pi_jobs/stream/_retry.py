@@ -7,8 +7,9 @@ itself after a few: so the sink retries an operation that failed because its ser
 unreachable or overloaded, with exponential back-off, for up to `retry_s` seconds, and only then
 lets the error fail the task; each retry and each final failure is counted
 (pilake_stream_dependency_retries_total / _failures_total, by operation). Errors that
-retrying cannot fix (a permission refused, a schema mismatch, a bad value) fail at once. A retried lake commit is safe: the writer re-reads the lake
-and commits only what is not committed yet (decision 3), as after a restart.
+retrying cannot fix (a permission refused, a schema mismatch, a bad value) fail at once. A
+retried lake commit is safe: the writer re-reads the lake and commits only what is not committed
+yet (decision 3), as after a restart.
 """
 
 from __future__ import annotations
