@@ -31,6 +31,7 @@ from pi_loader.reading._episodes_rows import segment_directory
 from pi_loader.reading._lake import EpisodeData, Stats, make_storage, pooled_stats
 from pi_loader.reading._row_groups import DEFAULT_FOOTER_CACHE_BYTES
 from pi_loader.samples._annotations import SpanValues, read_span_values
+from pi_loader.samples._batch_rows import batch_rows, torch_allocator
 from pi_loader.samples._corrupt import batch_without_corrupt
 from pi_loader.samples._fingerprint import dataset_fingerprint, dataset_summary
 from pi_loader.samples._fit import check_spec_fits, choose_cameras
@@ -446,20 +447,28 @@ class Dataset:
     def __getitems__(self, indices: Sequence[int]) -> list[dict[str, object]]:
         """`[self[i] for i in indices]`, built as one batch (`samples`): what a torch
         `DataLoader` with a batch size calls (torch >= 2.1), so its workers read and decode a
-        batch at a time instead of a batch of one per sample.
+        batch at a time instead of a batch of one per sample, and its default collate hands
+        that batch out without stacking it again (`pi_loader.samples._batch_rows`; in a worker
+        the frames are decoded straight into torch shared memory).
 
         Example:
             >>> [s["step"] for s in ds.__getitems__([0, 1])] == [ds[0]["step"], ds[1]["step"]]
             True
         """
-        batch = self.samples([self._flat(i) for i in indices])
-        ids, steps = batch["episode_id"].tolist(), batch["step"].tolist()
-        out: list[dict[str, object]] = []
-        for row, (episode_id, step) in enumerate(zip(ids, steps, strict=True)):
-            sample: dict[str, object] = {key: value[row] for key, value in batch.items()}
-            sample["episode_id"], sample["step"] = episode_id, step
-            out.append(sample)
-        return out
+        flat = [self._flat(i) for i in indices]
+        allocator = torch_allocator()
+        if allocator is None:
+            return batch_rows(self.samples(flat), {})
+        allocate, tensors = allocator
+        batch = self.samples(flat, allocate=allocate)
+        # images in the tensors allocated for them (not when damaged samples were skipped and
+        # the batch rebuilt in plain arrays)
+        shared = {
+            key: tensor
+            for key, tensor in tensors.items()
+            if key in batch and batch[key].__array_interface__["data"][0] == tensor.data_ptr()
+        }
+        return batch_rows(batch, shared)
 
     def sample(self, flat_index: int) -> dict[str, object]:
         """Sample number `flat_index` in (episode_id, step) order, before any shuffling.

@@ -282,3 +282,38 @@ def test_getitems_is_the_samples_one_by_one_built_as_one_batch(lake: FakeLake) -
             assert _arr(g, key).dtype == _arr(w, key).dtype
     with pytest.raises(IndexError, match="out of range"):
         ds.__getitems__([0, len(ds)])
+
+
+def test_torch_collate_hands_out_the_batch_it_was_built_as(lake: FakeLake) -> None:
+    torch_data = pytest.importorskip("torch.utils.data")
+    ds = Dataset(lake.layout, seed=4, action_horizon=H)
+    positions = [3, 1, 4, 1, 5]
+    rows = ds.__getitems__(positions)
+    got = torch_data.default_collate(rows)
+    plain = [dict(ds[i]) for i in positions]  # plain dicts: torch's own collate stacks them
+    want = torch_data.default_collate(plain)
+    assert got.keys() == want.keys()
+    for key in want:
+        if isinstance(want[key], list):
+            assert got[key] == want[key] and all(type(v) is str for v in got[key])
+        else:
+            assert got[key].dtype == want[key].dtype and got[key].shape == want[key].shape, key
+            assert bool((got[key] == want[key]).all()), key
+    # the batch's own frames, not a stacked copy of them
+    assert np.shares_memory(
+        got["observation.images.wrist"].numpy(), _arr(rows[0], "observation.images.wrist")
+    )
+    # rows that are not one whole batch in order (a subset, reordered, or mixed with another
+    # batch's) are collated as torch collates any samples
+    other = ds.__getitems__([0, 2])
+    for mixed in (rows[1:], rows[::-1], [*rows[:2], *other]):
+        out = torch_data.default_collate(mixed)
+        expect = torch_data.default_collate([dict(r) for r in mixed])
+        for key in expect:
+            if isinstance(expect[key], list):
+                assert out[key] == expect[key]
+            else:
+                assert bool((out[key] == expect[key]).all()) and out[key].dtype == expect[key].dtype
+        assert not np.shares_memory(
+            out["observation.images.wrist"].numpy(), _arr(mixed[0], "observation.images.wrist")
+        )
