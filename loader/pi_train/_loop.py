@@ -283,7 +283,7 @@ def _run(
     if rank0:
         write_lineage(out, lineage)
     save_step = partial(_save, backend, config, group, lineage)
-    split = eval_split(config, ds, out, rank0)  # held-out episodes are never trained on
+    split = eval_split(config, ds, out, rank0, cache_config(config))  # held-out: never trained on
     ds = split.train
     loader = Loader(
         ds,

@@ -84,8 +84,11 @@ class EvalSplit:
     how: dict[str, Any]
 
 
-def _subset(ds: Dataset, ids: Sequence[str], spec: SampleSpec, seed: int, catalog: str | None) -> Dataset:
-    """`ds`'s snapshot restricted to `ids`: same table versions, fewer episodes."""
+def _subset(
+    ds: Dataset, ids: Sequence[str], spec: SampleSpec, seed: int, catalog: str | None, cache: Any = None
+) -> Dataset:
+    """`ds`'s snapshot restricted to `ids`: same table versions, fewer episodes, the same disk
+    cache (an s3:// lake's training side must not read past the node-local cache)."""
     whole = ds.snapshot
     keep = set(ids)
     pairs = [(e, a) for e, a in zip(whole.episode_ids, whole.attempt_ids, strict=True) if e in keep]
@@ -97,13 +100,15 @@ def _subset(ds: Dataset, ids: Sequence[str], spec: SampleSpec, seed: int, catalo
         sql=whole.sql,
         created_at_ns=whole.created_at_ns,
     )
-    return Dataset(ds.lake, snapshot=snapshot, spec=spec, seed=seed, catalog=catalog)
+    return Dataset(ds.lake, snapshot=snapshot, spec=spec, seed=seed, catalog=catalog, cache=cache)
 
 
-def open_pin(lake: Any, pin: str, spec: SampleSpec, catalog: str | None, seed: int = 0) -> Dataset:
+def open_pin(
+    lake: Any, pin: str, spec: SampleSpec, catalog: str | None, seed: int = 0, cache: Any = None
+) -> Dataset:
     """The dataset pin (or catalog snapshot) `pin`, or EvalError saying how to list them."""
     try:
-        return Dataset(lake, snapshot=pin, spec=spec, seed=seed, catalog=catalog)
+        return Dataset(lake, snapshot=pin, spec=spec, seed=seed, catalog=catalog, cache=cache)
     # the loader's, the catalog's (a snapshot name there) or a bad name: the user's input, said so
     except Exception as err:
         raise EvalError(
@@ -121,6 +126,7 @@ def split_selection(
     catalog: str | None,
     eval_fraction: float | None = None,
     eval_dataset: str | None = None,
+    cache: Any = None,
 ) -> EvalSplit:
     """Split the run's opened selection `ds` (see the module doc); neither option: no split.
 
@@ -151,11 +157,11 @@ def split_selection(
                 f"eval_fraction={fraction} holds out {side} of the selection's {len(everything)}: "
                 "choose another fraction, select more episodes, or name a pin with --eval-dataset"
             )
-        held_ds = _subset(ds, held, spec, seed, catalog)
+        held_ds = _subset(ds, held, spec, seed, catalog, cache)
         how: dict[str, Any] = {"fraction": fraction, "salt": SPLIT_SALT}
     else:
         assert eval_dataset is not None  # one of the two, checked above
-        held_ds = open_pin(ds.lake, eval_dataset, spec, catalog, seed)
+        held_ds = open_pin(ds.lake, eval_dataset, spec, catalog, seed, cache)
         held = held_ds.episode_ids
         how = {"dataset": eval_dataset, "fingerprint": held_ds.snapshot.fingerprint}
     removed = set(held)
@@ -165,7 +171,7 @@ def split_selection(
             f"the held-out set ({how}) covers all {len(everything)} episodes of the selection: "
             "nothing is left to train on; select more episodes or hold out fewer"
         )
-    train_ds = ds if len(train_ids) == len(everything) else _subset(ds, train_ids, spec, seed, catalog)
+    train_ds = ds if len(train_ids) == len(everything) else _subset(ds, train_ids, spec, seed, catalog, cache)
     return EvalSplit(train=train_ds, held_out=held_ds, how=how)
 
 
@@ -178,15 +184,20 @@ def record_split(split: EvalSplit, out: Path) -> None:
         "format": SPLIT_FORMAT,
         **split.how,
         "held_out": list(split.held_out.episode_ids),
+        # with the ids, what a live run reads beyond its snapshot (GC keeps it: pi_jobs.ops)
+        "held_out_attempts": list(split.held_out.snapshot.attempt_ids),
         "train": list(train.episode_ids) if isinstance(train, Dataset) else None,
     }
     text = json.dumps(record, indent=1).encode()
     atomic_write(out / "eval_split.json", lambda f: f.write(text))
 
 
-def eval_split(config: TrainConfig, ds: Dataset | Mixture, out: Path, rank0: bool) -> EvalSplit:
+def eval_split(
+    config: TrainConfig, ds: Dataset | Mixture, out: Path, rank0: bool, cache: Any = None
+) -> EvalSplit:
     """The run's split as `config` asks (`eval_fraction` / `eval_dataset`), recorded by rank 0
-    in `<out>/eval_split.json`; every rank computes the same one (a hash, or one pin).
+    in `<out>/eval_split.json`; every rank computes the same one (a hash, or one pin). Both
+    sides read through `cache` (the run's CacheConfig, None: none), as the whole selection does.
 
     Example:
         >>> split = eval_split(TrainConfig(lake="lake", eval_fraction=0.05), ds, Path("run"), rank0=True)
@@ -199,6 +210,7 @@ def eval_split(config: TrainConfig, ds: Dataset | Mixture, out: Path, rank0: boo
         catalog=config.catalog,
         eval_fraction=config.eval_fraction,
         eval_dataset=config.eval_dataset,
+        cache=cache,
     )
     if rank0:
         record_split(split, out)

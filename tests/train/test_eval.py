@@ -218,6 +218,13 @@ def test_jax_runs_evaluate_and_their_orbax_checkpoints_score_offline(
     train(_config(train_lake, out, framework="jax", device="cpu", **pin))
     split = json.loads((out / "eval_split.json").read_text())
     assert split["dataset"] == "eval-val" and split["train"] == ["ep-002", "ep-003"]
+    # what a live run reads beyond its snapshot: the held-out pin's pairs (GC keeps them)
+    from pi_jobs.ops._run_files import read_pairs
+
+    read = read_pairs(out)
+    assert read is not None
+    held = set(zip(split["held_out"], split["held_out_attempts"], strict=True))
+    assert held and held <= set(zip(*read, strict=True))
     last = _evals(out)[-1]
     assert last["step"] == 4 and last["samples"] == 6
     step_dir = out / "checkpoints" / "4"

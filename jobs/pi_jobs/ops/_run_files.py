@@ -41,6 +41,12 @@ def read_pairs(out: Path) -> tuple[list[str], list[str]] | None:
     pairs = {
         (str(e), str(a)) for s in snapshots for e, a in zip(s["episode_ids"], s["attempt_ids"], strict=True)
     }
+    split = out / "eval_split.json"  # a held-out pin (--eval-dataset) is read beside the snapshot
+    if split.exists():
+        held = json.loads(split.read_text())
+        ids, attempts = held.get("held_out") or [], held.get("held_out_attempts")
+        if attempts is not None:  # a split recorded before the attempts were: its ids alone say too little
+            pairs |= {(str(e), str(a)) for e, a in zip(ids, attempts, strict=True)}
     ordered = sorted(pairs)
     return [e for e, _ in ordered], [a for _, a in ordered]
 
