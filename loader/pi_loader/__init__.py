@@ -30,6 +30,7 @@ from pi_loader.order._order import ShardSpec, block_order, sample_order, shard_o
 from pi_loader.reading._cache import CacheConfig, StorageError
 from pi_loader.reading._damage import DamagedLakeWarning, Unreadable
 from pi_loader.reading._lake import Stats
+from pi_loader.reading._retry import PermanentStorageError, RetryConfig, StoreUnreachableError
 from pi_loader.samples._contact_sheet import contact_sheet
 from pi_loader.samples._dataset import Dataset
 from pi_loader.samples._gather import collate
@@ -52,7 +53,9 @@ __all__ = [
     "MissingSketchError",
     "Mixture",
     "NormStats",
+    "PermanentStorageError",
     "PiLoaderError",
+    "RetryConfig",
     "SampleSpec",
     "ShardError",
     "ShardSpec",
@@ -61,6 +64,7 @@ __all__ = [
     "SnapshotError",
     "Stats",
     "StorageError",
+    "StoreUnreachableError",
     "UnknownCameraError",
     "Unreadable",
     "WorkerError",

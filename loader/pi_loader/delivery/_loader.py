@@ -95,6 +95,9 @@ class LoaderStats:
     idle_workers: int = 0
     # samples skipped for damaged bytes (Loader(on_corrupt="skip")); not in `samples`
     corrupt_skipped: int = 0
+    # object-store reads tried again after a transient error, and reads that hit the deadline
+    storage_retries: int = 0
+    storage_giveups: int = 0
 
     @property
     def decoded_chunks_per_sample(self) -> float:
@@ -420,6 +423,8 @@ class Loader:
             steps_reads=reads.get("steps_reads", 0),
             footer_reads=reads.get("footer_reads", 0),
             bytes_read=reads.get("bytes_read", 0),
+            storage_retries=reads.get("storage_retries", 0),
+            storage_giveups=reads.get("storage_giveups", 0),
             steps_indexed_reads=reads.get("steps_indexed_reads", 0),
             steps_index_builds=reads.get("steps_index_builds", 0),
             chunk_index_builds=reads.get("chunk_index_builds", 0),

@@ -39,6 +39,8 @@ METRIC_NAMES = (
     "pilake_loader_prefetch_in_flight_batches",
     "pilake_loader_cache_hit_ratio",
     "pilake_loader_corrupt_skipped_total",
+    "pilake_loader_storage_retries_total",
+    "pilake_loader_storage_giveups_total",
 )
 
 
@@ -61,7 +63,7 @@ class _LoaderCollector(Collector):
 
     def collect(self) -> Iterator[CounterMetricFamily | GaugeMetricFamily]:
         samples = batches = bytes_read = video_reads = steps_reads = steps_lookups = frame_lookups = 0
-        corrupt = 0
+        corrupt = retries = giveups = 0
         ready = in_flight = 0
         with self._lock:
             loaders = list(self._loaders)
@@ -74,6 +76,8 @@ class _LoaderCollector(Collector):
             steps_reads += stats.steps_reads
             steps_lookups += stats.steps_lookups
             corrupt += stats.corrupt_skipped
+            retries += stats.storage_retries
+            giveups += stats.storage_giveups
             spec = loader.dataset.spec
             frame_lookups += stats.samples * len(loader.dataset.cameras) * (spec.frame_history + 1)
             ready += loader._worker_pool.ready_batches
@@ -84,6 +88,16 @@ class _LoaderCollector(Collector):
             "pilake_loader_corrupt_skipped",
             "Samples skipped because their stored bytes failed a checksum (on_corrupt='skip').",
             value=corrupt,
+        )
+        yield CounterMetricFamily(
+            "pilake_loader_storage_retries",
+            "Object-store reads tried again after a transient error (refused, reset, 5xx, timeout).",
+            value=retries,
+        )
+        yield CounterMetricFamily(
+            "pilake_loader_storage_giveups",
+            "Object-store reads that still failed at the retry deadline (RetryConfig.deadline_s).",
+            value=giveups,
         )
         yield CounterMetricFamily(
             "pilake_loader_bytes_read",

@@ -36,7 +36,9 @@ from pi_loader.reading._damage import (
     pages_damaged,
     readable_version,
 )
+from pi_loader.reading._delta_log import open_delta
 from pi_loader.reading._episodes_rows import FILE_COLUMN, episodes_rows
+from pi_loader.reading._retry import RetryConfig, StoreUnreachableError
 from pi_loader.reading._storage import Storage, storage_for
 
 # The tables a dataset reads; their versions pin a dataset (snapshots record them).
@@ -47,10 +49,13 @@ MANY_FILES = 64
 
 
 def make_storage(
-    lake_root: str, storage_options: Mapping[str, str] | None, cache: CacheConfig | None
+    lake_root: str,
+    storage_options: Mapping[str, str] | None,
+    cache: CacheConfig | None,
+    retry: RetryConfig | None = None,
 ) -> Storage:
     """The Storage readers open files through (pi_loader.reading._storage; cached copies for s3://)."""
-    return storage_for(lake_root, storage_options=storage_options, cache=cache)
+    return storage_for(lake_root, storage_options=storage_options, cache=cache, retry=retry)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,18 +89,20 @@ def open_table(
     name: str,
     version: int | None = None,
     storage_options: Mapping[str, str] | None = None,
+    retry: RetryConfig | None = None,
 ) -> Any:
-    """A deltalake.DeltaTable, or a PiLoaderError naming the path when it cannot be opened."""
-    from deltalake import DeltaTable
-
+    """A deltalake.DeltaTable (transient store errors retried: `_delta_log.open_delta`), or a
+    PiLoaderError naming the path when it cannot be opened (StoreUnreachableError when the store
+    did not answer until the retry deadline)."""
     path = layout.table(name)
-    options = dict(storage_options) if storage_options else None
     try:
-        return DeltaTable(path, storage_options=options, version=version)
+        return open_delta(path, version, storage_options, retry)
+    except StoreUnreachableError as err:
+        raise StoreUnreachableError(f"cannot open the {name} table at {path}: {err}") from None
     except Exception as err:  # deltalake's TableNotFoundError and friends
         if version is not None:
             try:
-                latest = DeltaTable(path, storage_options=options).version()
+                latest = open_delta(path, None, storage_options, retry).version()
             except Exception:
                 latest = None
             if latest is not None:
@@ -134,6 +141,7 @@ def resolve_tables(
     storage_options: Mapping[str, str] | None,
     unreadable: list[Unreadable] | None = None,
     checksummed: set[str] | None = None,
+    retry: RetryConfig | None = None,
 ) -> tuple[TableFiles, dict[str, int]]:
     """The episodes table's files at its pinned version, and the version of every table of
     READ_TABLES (the current ones when `versions` is None).
@@ -151,10 +159,16 @@ def resolve_tables(
     episodes: TableFiles | None = None
     for name in READ_TABLES:
         try:
-            table = open_table(layout, name, None if versions is None else versions[name], storage_options)
+            table = open_table(
+                layout, name, None if versions is None else versions[name], storage_options, retry
+            )
         except PiLoaderError as err:
             found = None
-            if unreadable is not None and versions is None and not isinstance(err, SnapshotDataMissingError):
+            if (
+                unreadable is not None
+                and versions is None
+                and not isinstance(err, SnapshotDataMissingError | StoreUnreachableError)
+            ):
                 found = readable_version(name, layout.table(name), storage_options, err)
             if found is None or unreadable is None:
                 raise

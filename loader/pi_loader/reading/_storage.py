@@ -21,14 +21,25 @@ from typing import Any, BinaryIO, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from pi_loader.reading._cache import CacheConfig, DiskCache, StorageError
+from pi_loader.reading._retry import (
+    PermanentStorageError,
+    RetryConfig,
+    StoreUnreachableError,
+    classify,
+    clean,
+    retrying,
+)
 
 __all__ = [
     "LocalStorage",
+    "PermanentStorageError",
     "RemoteFileNotFoundError",
+    "RetryConfig",
     "S3Options",
     "S3Storage",
     "Storage",
     "StorageError",
+    "StoreUnreachableError",
     "storage_for",
 ]
 
@@ -70,6 +81,9 @@ _TRUE = frozenset({"true", "1", "yes", "on"})
 _FALSE = frozenset({"false", "0", "no", "off", ""})
 # Download in pieces of this size: large enough for S3 throughput, small enough for memory.
 _DOWNLOAD_PIECE_BYTES = 8 * 2**20
+# A body shorter than the object's size is fetched again this many times, then refused: a cut
+# connection heals on a retry, a store that keeps serving the wrong length does not.
+_SHORT_BODY_TRIES = 3
 
 
 class RemoteFileNotFoundError(StorageError, FileNotFoundError):
@@ -209,8 +223,9 @@ class S3Options:
         """The secret values, for scrubbing them out of messages from lower layers."""
         return tuple(s for s in (self.access_key_id, self.secret_access_key, self.session_token) if s)
 
-    def filesystem(self) -> Any:
-        """A new pyarrow.fs.S3FileSystem for these options."""
+    def filesystem(self, retry: RetryConfig | None = None) -> Any:
+        """A new pyarrow.fs.S3FileSystem for these options; with `retry`, its timeouts and one
+        try per call (`retrying` does the retries, counted, under one deadline)."""
         import pyarrow.fs as pafs
 
         kwargs: dict[str, Any] = {
@@ -224,7 +239,16 @@ class S3Options:
             parts = urlsplit(self.endpoint_url)
             kwargs["scheme"] = parts.scheme
             kwargs["endpoint_override"] = parts.netloc + parts.path.rstrip("/")
+        if retry is not None:
+            kwargs["connect_timeout"] = retry.connect_timeout_s
+            kwargs["request_timeout"] = retry.request_timeout_s
+            kwargs["retry_strategy"] = pafs.AwsStandardS3RetryStrategy(max_attempts=1)
         return pafs.S3FileSystem(**kwargs)
+
+    @property
+    def endpoint(self) -> str:
+        """The endpoint as errors name it."""
+        return self.endpoint_url or f"AWS S3 ({self.region or 'default region'})"
 
 
 class S3Storage:
@@ -239,13 +263,16 @@ class S3Storage:
         '/nvme/c/objects/3f/3f2a...parquet'
     """
 
-    def __init__(self, options: S3Options, cache: CacheConfig) -> None:
+    def __init__(self, options: S3Options, cache: CacheConfig, retry: RetryConfig | None = None) -> None:
         if not isinstance(options, S3Options):
             raise TypeError(f"options must be S3Options, got {type(options).__name__}")
         if not isinstance(cache, CacheConfig):
             raise TypeError(f"cache must be a CacheConfig, got {type(cache).__name__}")
+        if retry is not None and not isinstance(retry, RetryConfig):
+            raise TypeError(f"retry must be a RetryConfig, got {type(retry).__name__}")
         self._options = options
         self._cache = DiskCache(cache)
+        self._retry = retry or RetryConfig()
         self._reset()
 
     def _reset(self) -> None:
@@ -254,11 +281,12 @@ class S3Storage:
         self._fs_lock = threading.Lock()
 
     def __getstate__(self) -> dict[str, object]:
-        return {"options": self._options, "cache": self._cache}
+        return {"options": self._options, "cache": self._cache, "retry": self._retry}
 
     def __setstate__(self, state: dict[str, Any]) -> None:
         self._options = state["options"]
         self._cache = state["cache"]
+        self._retry = state.get("retry") or RetryConfig()
         self._reset()
 
     def __repr__(self) -> str:
@@ -268,12 +296,20 @@ class S3Storage:
     def cache(self) -> DiskCache:
         return self._cache
 
+    @property
+    def retry(self) -> RetryConfig:
+        return self._retry
+
+    @property
+    def options(self) -> S3Options:
+        return self._options
+
     def _filesystem(self) -> Any:
         pid = os.getpid()
         if self._fs_pid != pid:
             with self._fs_lock:
                 if self._fs_pid != pid:
-                    self._fs = self._options.filesystem()
+                    self._fs = self._options.filesystem(self._retry)
                     self._fs_pid = pid
         return self._fs
 
@@ -293,10 +329,16 @@ class S3Storage:
         # The endpoint is part of the key: the same bucket/key on two stores are two objects.
         key = f"{self._options.endpoint_url or 'aws'}\n{uri}"
         suffix = os.path.splitext(path.rsplit("/", 1)[-1])[1]
+        sized: list[int] = []
+
+        def size_bytes() -> int:  # a request to S3 on a miss only
+            sized.append(self._size_bytes(uri, path))
+            return sized[-1]
+
         return self._cache.get(
             key,
-            size_bytes=lambda: self._size_bytes(uri, path),  # a request to S3 on a miss only
-            fetch=lambda out: self._download(uri, path, out),
+            size_bytes=size_bytes,
+            fetch=lambda out: self._download(uri, path, out, sized[-1]),
             suffix=suffix,
         )
 
@@ -310,30 +352,106 @@ class S3Storage:
             raise ValueError(f"expected an s3://bucket/key URI of a lake file, got {uri!r}")
         return parts.netloc + parts.path
 
+    def list_files(self, path: str, *, what: str) -> list[Any]:
+        """pyarrow FileInfos of the objects under `path` (bucket/prefix), with retries."""
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(path, allow_not_found=True)
+        try:
+            infos = self._retrying(lambda: self._filesystem().get_file_info(selector), what)
+        except OSError as err:
+            raise self._refused(what, err) from None
+        return list(infos)
+
+    def _transient(self, err: BaseException) -> bool:
+        return isinstance(err, OSError) and classify(str(err)) == "transient"
+
+    def _retrying(self, op: Any, what: str) -> Any:
+        return retrying(
+            op,
+            what=what,
+            endpoint=self._options.endpoint,
+            config=self._retry,
+            is_transient=self._transient,
+            message=lambda err: self._scrub(clean(str(err))),
+        )
+
+    def _refused(self, what: str, err: OSError) -> StorageError:
+        text = self._scrub(clean(str(err)))
+        if classify(text) == "permanent":
+            return PermanentStorageError(
+                f"{what} on {self._options.endpoint} was refused: {text}; not retried (it would fail "
+                "again): check the credentials (AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY), the bucket "
+                "name and that this identity may read the lake"
+            )
+        return StorageError(
+            f"{what} on {self._options.endpoint} failed: {text}; check storage_options (endpoint, "
+            "region, credentials) and that the object exists"
+        )
+
     def _size_bytes(self, uri: str, path: str) -> int:
         import pyarrow.fs as pafs
 
         try:
-            info = self._filesystem().get_file_info(path)
+            info = self._retrying(lambda: self._filesystem().get_file_info(path), f"stat {uri}")
         except OSError as err:
-            raise StorageError(
-                f"cannot stat {uri} on {self._options.endpoint_url or 'AWS S3'}: {self._scrub(str(err))}; "
-                "check storage_options (endpoint, region, credentials) and that the object exists"
-            ) from None  # the chained error's text could carry a credential
+            raise self._refused(f"cannot stat {uri}", err) from None  # the chained text may hold a secret
         if info.type != pafs.FileType.File:
             raise RemoteFileNotFoundError(
-                f"{uri} is not a file on {self._options.endpoint_url or 'AWS S3'} (found {info.type.name}); "
+                f"{uri} is not a file on {self._options.endpoint} (found {info.type.name}); "
                 "was it vacuumed after the dataset's Delta version was pinned?"
             )
         return int(info.size)
 
-    def _download(self, uri: str, path: str, out: BinaryIO) -> None:
-        try:
+    def _download(self, uri: str, path: str, out: BinaryIO, size: int) -> None:
+        """Stream the object into `out`, again from the start after a transient error. Never
+        writes more than `size` bytes; a body of another length is refused (bounded retries)."""
+        short: list[int] = []
+
+        def attempt() -> None:
+            out.seek(0)
+            out.truncate()
+            written = 0
             with self._filesystem().open_input_stream(path) as stream:
-                while piece := stream.read(_DOWNLOAD_PIECE_BYTES):
+                while piece := stream.read(min(_DOWNLOAD_PIECE_BYTES, size - written + 1)):
+                    written += len(piece)
+                    if written > size:
+                        raise PermanentStorageError(
+                            f"downloading {uri} from {self._options.endpoint}: the store sent more than "
+                            f"the object's {size} bytes; refused (a proxy or the store serves the wrong "
+                            "body: check the endpoint)"
+                        )
                     out.write(piece)
+            if written != size:
+                short.append(written)
+                raise _ShortBody(written)
+
+        def transient(err: BaseException) -> bool:
+            if isinstance(err, _ShortBody):
+                return len(short) < _SHORT_BODY_TRIES
+            return self._transient(err)
+
+        try:
+            retrying(
+                attempt,
+                what=f"download {uri}",
+                endpoint=self._options.endpoint,
+                config=self._retry,
+                is_transient=transient,
+                message=lambda err: self._scrub(clean(str(err))),
+            )
+        except _ShortBody as err:
+            raise PermanentStorageError(
+                f"downloading {uri} from {self._options.endpoint}: got {err.args[0]} bytes of "
+                f"{size}, {len(short)} times; refused (the store cuts the body short or the object "
+                "changed, and Delta data files never change: check the store's health)"
+            ) from None
         except OSError as err:
-            raise StorageError(f"downloading {uri} failed: {self._scrub(str(err))}") from None
+            raise self._refused(f"downloading {uri}", err) from None
+
+
+class _ShortBody(Exception):
+    """A download ended before the object's size (retried a few times, then refused)."""
 
 
 def _flag(name: str, value: str) -> bool:
@@ -350,6 +468,7 @@ def storage_for(
     *,
     storage_options: Mapping[str, str] | None = None,
     cache: CacheConfig | None = None,
+    retry: RetryConfig | None = None,
 ) -> Storage:
     """The Storage that reads the data files of the lake at `lake_root`.
 
@@ -360,6 +479,7 @@ def storage_for(
             missing ones come from the environment.
         cache: the host's disk cache; required for s3://, ignored for a local lake (nothing is
             copied).
+        retry: how reads of an s3:// lake are retried (default `RetryConfig()`: 60 s deadline).
 
     Raises:
         ValueError: bad options, or a remote lake without `cache`.
@@ -384,4 +504,4 @@ def storage_for(
             f"reading the remote lake {lake_root!r} needs a local disk cache: pass "
             "cache=CacheConfig(directory=Path('/local/disk/pi_cache'), max_size_bytes=...)"
         )
-    return S3Storage(S3Options.from_storage_options(storage_options), cache)
+    return S3Storage(S3Options.from_storage_options(storage_options), cache, retry)

@@ -26,9 +26,11 @@ from pi_loader._processes import warm_forkserver
 from pi_loader.order._order import SharedEpoch, check_seed, sample_order
 from pi_loader.reading._cache import CacheConfig
 from pi_loader.reading._chunk_index import index_directory
+from pi_loader.reading._counts import storage_counts
 from pi_loader.reading._damage import Unreadable, warn_unreadable
 from pi_loader.reading._episodes_rows import segment_directory
 from pi_loader.reading._lake import EpisodeData, Stats, make_storage, pooled_stats
+from pi_loader.reading._retry import RetryConfig
 from pi_loader.reading._row_groups import DEFAULT_FOOTER_CACHE_BYTES
 from pi_loader.samples._annotations import SpanValues, read_span_values
 from pi_loader.samples._batch_rows import batch_rows, torch_allocator
@@ -87,7 +89,11 @@ class Dataset:
         cameras: shortcut for the SampleSpec field (not with `spec`).
         action_horizon: shortcut for the SampleSpec field (not with `spec`).
         storage_options: deltalake/object-store options for an s3:// lake.
-        cache: a pi_loader.CacheConfig: local disk cache for remote lake files.
+        cache: a pi_loader.CacheConfig: local disk cache for remote lake files (and the
+            pinned opens this host made: a pinned snapshot reopens from it, also while the
+            store is down).
+        retry: a pi_loader.RetryConfig: how reads of an s3:// lake ride out store hiccups
+            (default: backoff with jitter, 60 s deadline).
         chunk_cache_size: decoded video chunks kept per process (bounds memory).
         episode_cache_size: episodes' worth of per-step arrays (proprio, actions, frame
             indices) kept per process: up to 4x this many steps row groups (a sample's window
@@ -138,6 +144,7 @@ class Dataset:
         episode_cache_size: int = DEFAULT_EPISODE_CACHE,
         steps_cache_bytes: int = DEFAULT_STEPS_CACHE_BYTES,
         footer_cache_bytes: int = DEFAULT_FOOTER_CACHE_BYTES,
+        retry: RetryConfig | None = None,
     ) -> None:
         # Loader workers fork from a preloaded server; starting it now overlaps its imports
         # with this open (the first batch waited for both in turn: issue 23).
@@ -160,7 +167,7 @@ class Dataset:
             else resolve_ids(sql, episode_ids, catalog, sql_parameters)
         )
 
-        self._storage = make_storage(self._layout.root, storage_options, cache)
+        self._storage = make_storage(self._layout.root, storage_options, cache, retry)
         self._storage_options = dict(storage_options) if storage_options else None  # norm_stats()
         # Steps and video chunks are read without footers through per-host indexes of their
         # files (_steps_index, _chunk_index), kept side by side in one directory with this
@@ -603,6 +610,8 @@ class Dataset:
             "chunk_index_builds": 0 if video.chunk_index is None else video.chunk_index.builds,
             # samples skipped for damaged bytes (on_corrupt="skip")
             "corrupt_skipped": self._corrupt_skipped,
+            # object-store hiccups ridden out (or not) and Delta log loads, this process
+            **storage_counts(),
         }
 
     # The name of the same counters before steps were read on demand.

@@ -26,7 +26,9 @@ from pi_loader._errors import (
 )
 from pi_loader.reading._damage import Unreadable
 from pi_loader.reading._lake import read_committed_episodes, resolve_tables
+from pi_loader.reading._open_cache import OpenCache
 from pi_loader.reading._storage import Storage
+from pi_loader.selection._offline import cached_open
 from pi_loader.selection._snapshot import Snapshot
 
 
@@ -181,7 +183,15 @@ def select_episodes(
     # 10): they are named in `unreadable` (and by `Dataset.unreadable`), the rest is read.
     unreadable: list[Unreadable] = []
     checksummed: set[str] = set()
-    episodes, versions = resolve_tables(layout, None, storage_options, unreadable, checksummed)
+    retry = getattr(storage, "retry", None)
+    opens = None if pinned is None or rows_directory is None else OpenCache(rows_directory.parent / "opens")
+    if pinned is not None and opens is not None:
+        cached = cached_open(layout, storage, pinned, opens)
+        if cached is not None:
+            return _selection(
+                cached.rows, dataclasses.replace(pinned, lake_root=layout.root), [], set(cached.checksummed)
+            )
+    episodes, versions = resolve_tables(layout, None, storage_options, unreadable, checksummed, retry)
     if pinned is not None:
         rows = read_committed_episodes(
             episodes,
@@ -192,6 +202,8 @@ def select_episodes(
             unreadable=unreadable,
         )
         _check_pinned_rows(rows, pinned, layout, versions["episodes"], unreadable)
+        if opens is not None and not unreadable:
+            opens.save(pinned.fingerprint, versions, rows, sorted(checksummed))
     else:
         deleted = read_deleted_ids(layout, storage_options=storage_options)
         rows = read_committed_episodes(

@@ -24,9 +24,11 @@ from pi_loader.reading._cache import CacheConfig, StorageError
 from pi_loader.reading._storage import (
     LocalStorage,
     RemoteFileNotFoundError,
+    RetryConfig,
     S3Options,
     S3Storage,
     Storage,
+    StoreUnreachableError,
     storage_for,
 )
 
@@ -239,8 +241,15 @@ def test_s3_missing_object_and_dead_endpoint_are_storage_errors(
         storage.local_path("s3://bucket-only")
 
     dead = dict(s3.storage_options, AWS_ENDPOINT_URL="http://127.0.0.1:9")  # discard port: refused
-    dead_storage = storage_for(s3.uri("lake"), storage_options=dead, cache=CacheConfig(tmp_path, 10**6))
-    with pytest.raises(StorageError, match="cannot stat s3://") as dead_info:
+    dead_storage = storage_for(
+        s3.uri("lake"),
+        storage_options=dead,
+        cache=CacheConfig(tmp_path, 10**6),
+        retry=RetryConfig(deadline_s=1),
+    )
+    with pytest.raises(
+        StoreUnreachableError, match=r"127\.0\.0\.1:9 is unreachable: stat s3://"
+    ) as dead_info:
         dead_storage.local_path(s3_table[1][0])
     assert not isinstance(dead_info.value, FileNotFoundError)  # unreachable is not "vacuumed"
     assert s3.secret_access_key not in str(dead_info.value) and dead_info.value.__cause__ is None
@@ -345,11 +354,14 @@ def test_s3_hits_need_no_request_to_the_store(tmp_path: Path) -> None:
         write_deltalake(uri, _batch(3), storage_options=endpoint.storage_options)
         (file_uri,) = DeltaTable(uri, storage_options=endpoint.storage_options).file_uris()
         storage = storage_for(
-            endpoint.uri("lake"), storage_options=endpoint.storage_options, cache=CacheConfig(tmp_path, 10**6)
+            endpoint.uri("lake"),
+            storage_options=endpoint.storage_options,
+            cache=CacheConfig(tmp_path, 10**6),
+            retry=RetryConfig(deadline_s=1),
         )
         path = storage.local_path(file_uri)
     # The store is gone: a hit is served from the disk alone (no HEAD request per hit either).
     assert storage.local_path(file_uri) == path
     assert pq.read_table(path).equals(_batch(3))
-    with pytest.raises(StorageError, match="cannot stat"):
+    with pytest.raises(StoreUnreachableError, match="unreachable: stat s3://"):
         storage.local_path(file_uri.replace("part-", "other-part-"))
