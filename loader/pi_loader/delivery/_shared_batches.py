@@ -176,8 +176,8 @@ class SlotWriter:
         return mapped
 
     def allocator(self, ticket: SlotTicket) -> tuple[Any, dict[str, ArrayPlacement]]:
-        """(allocate(key, shape) -> uint8 array in the slot, or a plain array when it is full;
-        the placements made), for `Dataset.samples(allocate=...)`."""
+        """(allocate(key, shape, dtype=uint8) -> array in the slot, or a plain array when it
+        is full; the placements made), for `Dataset.samples(allocate=...)`."""
         placements: dict[str, ArrayPlacement] = {}
         try:
             mapped: mmap.mmap | None = self._map(ticket)
@@ -185,13 +185,14 @@ class SlotWriter:
             mapped = None
         used = [0]
 
-        def allocate(key: str, shape: tuple[int, ...]) -> np.ndarray:
-            size = int(np.prod(shape, dtype=np.int64))
+        def allocate(key: str, shape: tuple[int, ...], dtype: Any = np.uint8) -> np.ndarray:
+            kind = np.dtype(dtype)
+            size = int(np.prod(shape, dtype=np.int64)) * kind.itemsize
             offset = used[0]
             if mapped is None or offset + size > ticket.size_bytes:  # pickled instead
-                return np.empty(shape, np.uint8)
+                return np.empty(shape, kind)
             used[0] = aligned_bytes(offset + size)
-            placements[key] = ArrayPlacement(offset, tuple(shape), np.dtype(np.uint8).str)
-            return np.ndarray(shape, np.uint8, buffer=mapped, offset=offset)
+            placements[key] = ArrayPlacement(offset, tuple(shape), kind.str)
+            return np.ndarray(shape, kind, buffer=mapped, offset=offset)
 
         return allocate, placements

@@ -30,6 +30,11 @@ from pi_loader.samples._mixture import Mixture
 
 # How often the main process checks that workers are alive while it waits for a batch.
 _POLL_S = 1.0
+# Numeric arrays of a batch from this size on travel in its shared-memory slot (smaller ones are
+# cheaper pickled), and the room each sample gets for them in a slot beside its images: 16 kB
+# holds a 100-step action chunk of 40 float32 dimensions; what does not fit is pickled.
+_SLOT_MIN_BYTES = 4096
+_SLOT_EXTRA_BYTES_PER_SAMPLE = 16 * 1024
 
 
 def read_counters(dataset: Dataset | Mixture) -> dict[str, int]:
@@ -53,6 +58,14 @@ def _build(
     if len(batch["step"]) != len(indices):  # samples skipped (on_corrupt="skip"): plain arrays
         return batch, {}, list(batch)
     order = list(batch)
+    # The other large numeric arrays (the action chunk: 90 kB for 32 x 50 x 14) go in the slot
+    # too: a copy here instead of a pickle through the pipe and its reads in the main process
+    # (~0.02 ms a sample of CPU: benchmarks/loader/PROFILE.md).
+    for key, value in batch.items():
+        if key not in placements and value.dtype.kind in "biuf" and value.nbytes >= _SLOT_MIN_BYTES:
+            into = allocate(key, value.shape, value.dtype)
+            if key in placements:
+                np.copyto(into, value)
     return {k: v for k, v in batch.items() if k not in placements}, placements, order
 
 
@@ -155,6 +168,7 @@ class WorkerPool:
         shapes = self._dataset.image_shapes()
         if self._shared_memory and shapes:
             slot_bytes = sum(aligned_bytes(self._batch_size * int(np.prod(s))) for s in shapes.values())
+            slot_bytes += self._batch_size * _SLOT_EXTRA_BYTES_PER_SAMPLE
             self._pool = SlotPool(slot_bytes, max_free_slots=self._plan.maximum + 2)
         self._results = ctx.Queue()
         self._tasks = ctx.Queue()

@@ -136,3 +136,23 @@ def test_a_batch_reads_each_chunk_once_even_with_tiny_caches(loader_lake: FakeLa
     assert ds.read_stats["steps_reads"] == 3
     reference = Dataset(loader_lake.layout, spec=spec, seed=3)
     _assert_batches_equal(batch, collate([reference.sample(i) for i in indices]))
+
+
+@needs_shm
+def test_a_batchs_large_numeric_arrays_travel_in_its_slot_too(
+    loader_lake: FakeLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from pi_loader.delivery import _workers
+    from pi_loader.delivery._shared_batches import _SlotArray
+
+    monkeypatch.setattr(_workers, "_SLOT_MIN_BYTES", 1)  # this lake's action chunks are small
+    spec = SampleSpec(cameras=LOADER_CAMERAS, action_horizon=4, normalize="mean_std")
+    ds = Dataset(loader_lake.layout, spec=spec, seed=2)
+    want = list(Loader(ds, batch_size=5, num_workers=0))
+    with Loader(ds, batch_size=5, num_workers=1, prefetch_batches=2, mp_context="fork") as loader:
+        kept = list(loader)  # all held: a reused slot would show as changed earlier batches
+        for got, expected in zip(kept, want, strict=True):
+            _assert_batches_equal(got, expected)
+            for key in ("action", "observation.state", "action_is_pad", "observation.images.front"):
+                assert isinstance(got[key].base, _SlotArray), key  # in the slot, not pickled
+            assert not isinstance(got["episode_id"].base, _SlotArray)  # strings are pickled
