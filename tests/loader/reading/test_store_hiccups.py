@@ -65,7 +65,7 @@ def _storage(endpoint: str, cache: Path, deadline_s: float = 2.0) -> S3Storage:
 def test_retry_config_validates_and_backs_off_with_full_jitter() -> None:
     for bad in ({"deadline_s": 0}, {"multiplier": 0.5}, {"max_backoff_s": 0.01}, {"deadline_s": True}):
         with pytest.raises(ValueError, match="RetryConfig"):
-            RetryConfig(**bad)  # type: ignore[arg-type]
+            RetryConfig(**bad)
     config = RetryConfig(initial_backoff_s=0.1, max_backoff_s=1.0)
     rng = random.Random(0)
     waits = [config.backoff_s(a, rng) for a in range(40)]
