@@ -2,8 +2,10 @@
 
 kustomize is not installable here from PyPI or Debian, so this renders what `kubectl kustomize`
 would for exactly these fields, and refuses any other (a new field in the kustomization fails
-the tests until it is implemented here): `resources` (files), `namespace`, and `secretGenerator`
-with `envs`/`literals`, `type` and `options.disableNameSuffixHash: true`. The output is compared
+the tests until it is implemented here): `resources` (files), `namespace`, `secretGenerator`
+with `envs`/`literals`, `type` and `options.disableNameSuffixHash: true`, and `replacements`
+copying one field to others (source and targets by kind and name; a field path split on dots,
+`\\.` escaping one, as kustomize's PathSplitter; `options.create` only). The output is compared
 with `kubectl kustomize` where kubectl is installed (tests/deploy/test_k8s_schemas.py).
 
 Example:
@@ -22,7 +24,7 @@ from typing import Any
 
 import yaml
 
-SUPPORTED = {"apiVersion", "kind", "namespace", "resources", "secretGenerator"}
+SUPPORTED = {"apiVersion", "kind", "namespace", "resources", "secretGenerator", "replacements"}
 GENERATOR_FIELDS = {"name", "type", "envs", "literals", "options"}
 # kinds that take no namespace (the ones these manifests could hold)
 CLUSTER_SCOPED = {"Namespace", "CustomResourceDefinition", "ClusterRole", "ClusterRoleBinding"}
@@ -74,6 +76,58 @@ def _secret(spec: dict[str, Any], base: Path, files: Mapping[str, str]) -> dict[
     }
 
 
+def _path(field_path: str) -> list[str]:
+    """A kustomize fieldPath as keys: split on ".", where "\\." is a dot inside a key."""
+    parts: list[str] = []
+    for piece in field_path.split("."):
+        if parts and parts[-1].endswith("\\"):
+            parts[-1] = parts[-1][:-1] + "." + piece
+        else:
+            parts.append(piece)
+    if any(p.startswith("[") for p in parts):
+        raise KustomizeError(f"fieldPath {field_path}: list selectors are not implemented here")
+    return parts
+
+
+def _select(objects: list[dict[str, Any]], spec: dict[str, Any], what: str) -> list[dict[str, Any]]:
+    unknown = set(spec) - {"kind", "name"}
+    if unknown:
+        raise KustomizeError(f"replacements {what}: unsupported selector fields {sorted(unknown)}")
+    found = [
+        o for o in objects if o["kind"] == spec.get("kind") and o["metadata"]["name"] == spec.get("name")
+    ]
+    if not found:
+        raise KustomizeError(f"replacements {what}: no {spec.get('kind')} {spec.get('name')}")
+    return found
+
+
+def _replace(objects: list[dict[str, Any]], replacement: dict[str, Any]) -> None:
+    if set(replacement) != {"source", "targets"}:
+        raise KustomizeError(f"replacements: only source and targets are implemented: {sorted(replacement)}")
+    source = dict(replacement["source"])
+    field_path = source.pop("fieldPath")
+    node: Any = _select(objects, source, "source")[0]
+    for key in _path(field_path):
+        if not isinstance(node, dict) or key not in node:
+            raise KustomizeError(f"replacements source: {field_path} is missing")
+        node = node[key]
+    for target in replacement["targets"]:
+        if set(target) - {"select", "fieldPaths", "options"} or set(target.get("options", {})) - {"create"}:
+            raise KustomizeError(f"replacements target: unsupported fields {sorted(target)}")
+        create = target.get("options", {}).get("create", False)
+        for obj in _select(objects, target["select"], "target"):
+            for path in target["fieldPaths"]:
+                *parents, last = _path(path)
+                holder = obj
+                for key in parents:
+                    if key not in holder and not create:
+                        raise KustomizeError(f"replacements target: {path} is missing")
+                    holder = holder.setdefault(key, {})
+                if last not in holder and not create:
+                    raise KustomizeError(f"replacements target: {path} is missing")
+                holder[last] = copy.deepcopy(node)
+
+
 def render(directory: Path, files: Mapping[str, str] | None = None) -> list[dict[str, Any]]:
     """Every object `kubectl kustomize directory` prints, in the order of the resources.
 
@@ -96,6 +150,8 @@ def render(directory: Path, files: Mapping[str, str] | None = None) -> list[dict
         objects += [copy.deepcopy(d) for d in yaml.safe_load_all(path.read_text()) if d is not None]
     for spec in kustomization.get("secretGenerator", []):
         objects.append(_secret(spec, directory, files))
+    for replacement in kustomization.get("replacements", []):
+        _replace(objects, replacement)
     seen: set[tuple[str, str]] = set()
     for obj in objects:
         ident = (obj["kind"], obj["metadata"]["name"])

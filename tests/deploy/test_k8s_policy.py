@@ -168,3 +168,41 @@ def test_each_rule_catches_a_broken_manifest(
     breakage(objects)
     violations = _policy.all_violations(objects)
     assert any(expected in v for v in violations), violations
+
+
+def test_the_s3_endpoint_is_written_once_and_reaches_flink() -> None:
+    objects = _rendered()
+    endpoint = _find(objects, "ConfigMap", "pilake-env")["data"]["AWS_ENDPOINT_URL"]
+    flink = _find(objects, "FlinkDeployment", "pilake-stream")
+    assert flink["spec"]["flinkConfiguration"]["s3.endpoint"] == endpoint
+    written = [
+        p.name for p in sorted(K8S.glob("*.yaml")) for line in p.read_text().splitlines() if endpoint in line
+    ]
+    assert written == ["config.yaml"], written
+
+
+def test_the_render_refuses_replacements_it_does_not_implement(tmp_path: Path) -> None:
+    from tests.deploy._kustomize import KustomizeError
+
+    (tmp_path / "cm.yaml").write_text(
+        "apiVersion: v1\nkind: ConfigMap\nmetadata: {name: a}\ndata: {x: '1'}\n"
+    )
+    base = "apiVersion: kustomize.config.k8s.io/v1beta1\nkind: Kustomization\nresources: [cm.yaml]\n"
+    cases = {
+        "source: {kind: ConfigMap, name: a, fieldPath: data.y}": "data.y is missing",
+        "source: {kind: ConfigMap, name: b, fieldPath: data.x}": "no ConfigMap b",
+        "source: {kind: ConfigMap, name: a, fieldPath: 'data.[x]'}": "list selectors",
+    }
+    for source, message in cases.items():
+        target = (
+            "targets: [{select: {kind: ConfigMap, name: a}, fieldPaths: [data.z], options: {create: true}}]"
+        )
+        (tmp_path / "kustomization.yaml").write_text(base + f"replacements:\n  - {source}\n    {target}\n")
+        with pytest.raises(KustomizeError, match=message):
+            render(tmp_path)
+    (tmp_path / "kustomization.yaml").write_text(
+        base + "replacements:\n  - source: {kind: ConfigMap, name: a, fieldPath: data.x}\n"
+        "    targets: [{select: {kind: ConfigMap, name: a}, fieldPaths: ['data.z\\.w']}]\n"
+    )
+    with pytest.raises(KustomizeError, match=r"data.z\\.w is missing"):
+        render(tmp_path)
