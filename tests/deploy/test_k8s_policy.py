@@ -206,3 +206,42 @@ def test_the_render_refuses_replacements_it_does_not_implement(tmp_path: Path) -
     )
     with pytest.raises(KustomizeError, match=r"data.z\\.w is missing"):
         render(tmp_path)
+
+
+def test_the_readme_installs_in_an_order_that_works_from_an_empty_cluster() -> None:
+    import re
+
+    text = (ROOT / "deploy" / "README.md").read_text()
+    section = text[text.index("### Install order, from an empty cluster") :]
+    block = section[section.index("```bash") : section.index("```", section.index("```bash") + 7)]
+    commands = [
+        line.strip()
+        for line in block.replace("\\\n", " ").splitlines()
+        if line.strip() and not line.strip().startswith("#")
+    ]
+
+    def first(pattern: str) -> int:
+        hits = [i for i, c in enumerate(commands) if re.search(pattern, c)]
+        assert hits, f"the install order has no command matching {pattern!r}"
+        return hits[0]
+
+    namespace = first(r"kubectl apply -f deploy/k8s/namespace\.yaml")
+    cert_manager = first(r"cert-manager\.yaml")
+    strimzi = first(r"strimzi-cluster-operator-1\.2\.0\.yaml")
+    flink = first(r"helm install flink-kubernetes-operator")
+    crds = first(r"kubectl wait --for=condition=Established")
+    app = first(r"kubectl apply -k deploy/k8s$")
+    assert namespace < cert_manager < flink < crds < app and namespace < strimzi < crds
+    # Strimzi's bindings point at its ServiceAccount in pilake, and it is created there
+    assert "sed 's/namespace: myproject/namespace: pilake/'" in commands[strimzi]
+    assert "kubectl create -n pilake" in commands[strimzi]
+    # the Flink operator watches pilake, so the chart makes the flink ServiceAccount there
+    assert "watchNamespaces={pilake}" in commands[flink] and " -n " in commands[flink]
+    flink_sa = _find(_rendered(), "FlinkDeployment", "pilake-stream")["spec"]["serviceAccount"]
+    assert flink_sa == "flink"  # the chart's jobServiceAccount name
+    for crd in (
+        "kafkas.kafka.strimzi.io",
+        "flinkdeployments.flink.apache.org",
+        "podmonitors.monitoring.coreos.com",
+    ):
+        assert f"crd/{crd}" in commands[crds]
