@@ -38,6 +38,8 @@ def main(out: Path) -> int:
                 ("pins", "/pins"),
             ]
             for name, path in shots:
+                # the Dataset page's distributions sit below its histogram and tables
+                driver.set_window_size(1280, 1700 if name == "dataset" else 1000)
                 driver.get(url + path)
                 wait_for(driver, "return document.readyState === 'complete'")
                 driver.save_screenshot(str(out / f"{name}.png"))

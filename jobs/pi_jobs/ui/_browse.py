@@ -79,8 +79,10 @@ def dataset(pages: Any, request: Request) -> Response:
                 return pages.catalog.query_arrow(statement, bound)
 
             tally = _dataset.tally_catalog(run, where)
-        stats = _dataset.dataset_stats(layout, tally, title="Episodes filter", names=names)
-        source = {"filter": flt.query()}
+        shown = flt.query()
+        title = f"episodes where {shown}" if shown else "every episode"
+        stats = _dataset.dataset_stats(layout, tally, title=title, names=names)
+        source = {"filter": shown}
     return pages.render(request, "dataset.html", nav="dataset", d=stats, chart=stats.chart(), source=source)
 
 

@@ -37,6 +37,8 @@
     const ctx = u.ctx;
     ctx.save();
     ctx.font = (11 * devicePixelRatio) + "px system-ui, sans-serif";
+    ctx.textAlign = "left";  // uPlot leaves the axes' alignment on the context
+    ctx.textBaseline = "alphabetic";
     marks.forEach((m, i) => {
       const x0 = u.valToPos(m.t0, "x", true), x1 = u.valToPos(m.t1, "x", true);
       ctx.fillStyle = i % 2 ? "rgba(154,103,0,0.14)" : "rgba(130,80,223,0.14)";
@@ -129,14 +131,18 @@
     const el = document.getElementById("length-chart");
     const h = data.histogram;
     if (el && h.counts.length) {
+      // a few bins (every episode of one length) get room either side, not the whole axis
+      const lo = h.edges[0], hi = h.edges[h.edges.length - 1];
+      const pad = h.counts.length < 10 ? (hi - lo) * (10 - h.counts.length) / 2 : 0;
       new uPlot({
         width: el.clientWidth - 2, height: 200,
-        scales: { x: { time: false, range: () => [h.edges[0], h.edges[h.edges.length - 1]] } },
+        scales: { x: { time: false, range: () => [lo - pad, hi + pad] } },
         legend: { show: false },
+        // a step line over the bin edges (each count holds from its edge to the next), filled
         series: [{}, { label: "episodes", stroke: COLORS[0], fill: "rgba(31,111,235,0.35)",
-          paths: uPlot.paths.bars({ size: [1, Infinity], align: 1 }) }],
+          paths: uPlot.paths.stepped({ align: 1 }), points: { show: false } }],
         axes: [{ label: "steps" }, { label: "episodes" }],
-      }, [h.edges.slice(0, -1), h.counts], el);
+      }, [h.edges, h.counts.concat([0])], el);
       el.dataset.bins = String(h.counts.length);
     }
     document.querySelectorAll(".chart.dist").forEach((box) => {
