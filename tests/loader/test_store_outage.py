@@ -16,6 +16,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
+from pi_format import LakeLayout
+from pi_jobs.maintenance.datasets import create_dataset
 from pi_loader import CacheConfig, Dataset, RetryConfig, Snapshot, StoreUnreachableError
 from pi_loader.reading._counts import storage_counts
 from pi_loader.reading._storage import S3Options
@@ -46,6 +48,7 @@ def remote_lake(
     """A lake of 4 episodes (one commit each: one data file each) on SeaweedFS, and a snapshot."""
     root = tmp_path_factory.mktemp("outage")
     write_lake(root / "lake", episodes=4, steps=5, cameras=("front",), size=(32, 24), group=1)
+    create_dataset(LakeLayout(str(root / "lake")), "outage-pin")  # uploaded with the lake
     fs = S3Options.from_storage_options(seaweed.storage_options).filesystem()
     for path in sorted((root / "lake").rglob("*")):
         if path.is_file():
@@ -143,5 +146,23 @@ def test_a_down_store_opens_from_a_warm_cache_and_fails_clearly_from_a_cold_one(
             )
         assert "lake root right" not in str(new.value)
         assert seaweed.secret_access_key not in str(new.value) + str(cold.value)
+    finally:
+        seaweed.start()
+
+
+def test_a_pin_by_name_opens_while_the_store_is_down(
+    seaweed: SeaweedS3, remote_lake: tuple[str, Snapshot], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    uri, _ = remote_lake
+    for key, value in seaweed.storage_options.items():  # the pins table is read as deltalake's env says
+        monkeypatch.setenv(key, value)
+    first = _open(seaweed, uri, "outage-pin", tmp_path / "warm", 60)  # type: ignore[arg-type]
+    want = _epoch(first)
+    seaweed.stop()
+    try:
+        again = _open(seaweed, uri, "outage-pin", tmp_path / "warm", 2)  # type: ignore[arg-type]
+        assert again.fingerprint == first.fingerprint and _epoch(again) == want
+        with pytest.raises(StoreUnreachableError, match=r"dataset pin 'outage-pin'.*never opened it"):
+            _open(seaweed, uri, "outage-pin", tmp_path / "cold", 1)  # type: ignore[arg-type]
     finally:
         seaweed.start()

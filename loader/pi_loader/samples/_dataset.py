@@ -15,6 +15,7 @@ from __future__ import annotations
 import bisect
 import operator
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -160,19 +161,20 @@ class Dataset:
             steps_cache_bytes=steps_cache_bytes,
             footer_cache_bytes=footer_cache_bytes,
         )
-        pinned = resolve_snapshot(snapshot, catalog, sql, episode_ids, self._layout)
+        self._storage = make_storage(self._layout.root, storage_options, cache, retry)
+        self._storage_options = dict(storage_options) if storage_options else None  # norm_stats()
+        # Steps and video chunks are read without footers through per-host indexes of their
+        # files (_steps_index, _chunk_index), kept side by side in one directory with this
+        # host's copy of the episodes rows (_episodes_rows), its pinned opens and pins.
+        indexes = index_directory(self._layout.root, cache)
+        pinned = resolve_snapshot(
+            snapshot, catalog, sql, episode_ids, self._layout, self._storage, Path(indexes) / "pins"
+        )
         ids = (
             list(pinned.episode_ids)
             if pinned is not None
             else resolve_ids(sql, episode_ids, catalog, sql_parameters)
         )
-
-        self._storage = make_storage(self._layout.root, storage_options, cache, retry)
-        self._storage_options = dict(storage_options) if storage_options else None  # norm_stats()
-        # Steps and video chunks are read without footers through per-host indexes of their
-        # files (_steps_index, _chunk_index), kept side by side in one directory with this
-        # host's copy of the episodes rows (_episodes_rows).
-        indexes = index_directory(self._layout.root, cache)
         selection = select_episodes(
             self._layout,
             self._storage,

@@ -29,6 +29,7 @@ from pi_loader.reading._lake import read_committed_episodes, resolve_tables
 from pi_loader.reading._open_cache import OpenCache
 from pi_loader.reading._storage import Storage
 from pi_loader.selection._offline import cached_open
+from pi_loader.selection._pin_cache import lookup_pin
 from pi_loader.selection._snapshot import Snapshot
 
 
@@ -74,9 +75,13 @@ def resolve_snapshot(
     sql: str | None,
     episode_ids: Sequence[str] | None,
     layout: LakeLayout | None = None,
+    storage: Storage | None = None,
+    pin_cache: Path | None = None,
 ) -> Snapshot | None:
     """The snapshot to reopen, or None. A name is a dataset pin of the lake (`pilake dataset
-    create`, pi_format.lake.PinStore) or, failing that, a snapshot stored in the catalog."""
+    create`, pi_format.lake.PinStore) or, failing that, a snapshot stored in the catalog. With
+    `storage` and `pin_cache`, pins are remembered by this host and open while the store is
+    down (`_pin_cache`)."""
     if snapshot is None:
         return None
     if sql is not None or episode_ids is not None:
@@ -86,7 +91,12 @@ def resolve_snapshot(
     if isinstance(snapshot, Snapshot):
         return snapshot
     if isinstance(snapshot, str):
-        pinned = _lake_pin(layout, snapshot) if layout is not None else None
+        pinned = None
+        if layout is not None:
+            pin_layout = layout
+            pinned = lookup_pin(
+                layout, snapshot, storage, pin_cache, find=lambda: _lake_pin(pin_layout, snapshot)
+            )
         if pinned is not None:
             return pinned
         if catalog is None:
