@@ -55,7 +55,8 @@ class RetryConfig:
     """How object-store reads are retried.
 
     Args:
-        deadline_s: give up after this long in total (the first try included). 60 s rides out a
+        deadline_s: no try starts after this long (the first try included), so a read fails
+            within deadline_s plus one try's timeout at most. 60 s rides out a
             store restart or a load balancer failover (SeaweedFS restarts in ~2-5 s, an S3
             503 SlowDown burst lasts seconds) and still fails a training job fast enough to
             page someone rather than stall it.
