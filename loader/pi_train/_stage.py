@@ -11,13 +11,15 @@ loader workers, which downloads every file a sample needs and builds the host's 
 This is a warm-up by reading, not a copy: it decodes what it reads (one epoch of the loader's
 CPU time, no GPU), and it stages the whole selection on every host (a host's shards change
 with the epoch's order), so the cache must hold the selection or the LRU evicts the oldest
-files. A file-level `pilake dataset stage` that copies and checks files without decoding them
-(architecture decision 14) does not exist yet.
+files. `pilake dataset stage PIN --cache DIR` (pi_jobs.datasets) runs this same pass for a pin,
+with a progress bar, before any run is configured; the pages it reads are CRC-checked by the
+readers (decision 10).
 """
 
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -40,8 +42,13 @@ def cache_config(config: TrainConfig) -> CacheConfig | None:
     return CacheConfig(Path(config.cache_dir), max_size_bytes=int(config.cache_gib * 2**30))
 
 
-def stage(config: TrainConfig) -> dict[str, Any]:
+def stage(config: TrainConfig, on_batch: Callable[[int, int], None] | None = None) -> dict[str, Any]:
     """Read every sample of the run's selection once, through the run's cache (see the module).
+
+    Args:
+        config: the run's configuration (its selection, lake, cache and loader workers).
+        on_batch: called with (samples in the batch read, samples of the whole selection) after
+            each batch (`pilake dataset stage`'s progress bar).
 
     Returns:
         {"samples", "episodes", "seconds", "cache_dir"} of what was read.
@@ -60,6 +67,7 @@ def stage(config: TrainConfig) -> dict[str, Any]:
     ds = _open_dataset(config, Path(config.out_dir))
     sources = [source for source in ds.sources] if isinstance(ds, Mixture) else [ds]
     samples = episodes = 0
+    total = sum(len(source) for source in sources)
     for source in sources:
         episodes += len(source.episode_ids)
         with Loader(
@@ -71,6 +79,8 @@ def stage(config: TrainConfig) -> dict[str, Any]:
         ) as loader:
             for batch in loader:
                 samples += len(batch["episode_id"])
+                if on_batch is not None:
+                    on_batch(len(batch["episode_id"]), total)
     return {
         "samples": samples,
         "episodes": episodes,

@@ -1,4 +1,5 @@
-"""`pilake dataset create | list | show | delete`: dataset pins (pi_jobs.maintenance.datasets)."""
+"""`pilake dataset create | list | show | delete | copy | stage`: dataset pins
+(pi_jobs.maintenance.datasets) and moving them (pi_jobs.datasets)."""
 
 from __future__ import annotations
 
@@ -131,6 +132,52 @@ def _cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_copy(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_jobs.datasets import CopyOptions, copy_dataset
+
+    report = copy_dataset(
+        settings.lake_root,
+        args.name,
+        args.dest,
+        options=CopyOptions(workers=args.workers, part_mib=args.part_mib),
+        dest_catalog=args.dest_catalog,
+        show_progress=not args.quiet,
+    )
+    if args.json:
+        print(json.dumps(report.as_dict(), indent=2))
+        return 0
+    rate = report.bytes_sent / report.seconds / 2**20 if report.seconds else 0.0
+    print(
+        f"dataset {report.pin}: {report.episodes} episodes copied to {report.dest} (content hash "
+        f"{report.content_hash[:16]}): {report.files_sent} of {report.files} files sent "
+        f"({report.bytes_sent / 2**20:.1f} MiB, {rate:.1f} MiB/s), {report.files_already_there} already "
+        f"there, rows committed {report.rows_committed}, {report.seconds:.1f} s"
+    )
+    print(f"read it there with Dataset({report.dest!r}, snapshot={report.pin!r})")
+    return 0
+
+
+def _cmd_stage(settings: Settings, args: argparse.Namespace) -> int:
+    from pi_jobs.datasets import StageOptions, stage_dataset
+
+    lake = settings.lake_root
+    if "://" not in lake or lake.startswith("file://"):
+        print(f"dataset stage: {lake} is a local lake; the loader reads it in place, nothing to stage")
+        return 0
+    report = stage_dataset(
+        lake,
+        args.name,
+        args.cache,
+        options=StageOptions(cache_gib=args.cache_gib, workers=args.workers),
+        show_progress=not args.quiet,
+    )
+    print(
+        f"dataset {args.name}: staged {report['samples']} samples of {report['episodes']} episodes into "
+        f"{report['cache_dir']} in {report['seconds']:.1f} s; train with --cache-dir {report['cache_dir']}"
+    )
+    return 0
+
+
 def add_commands(sub: argparse._SubParsersAction) -> None:
     """Register this group's commands on the `pilake` parser."""
     p = sub.add_parser("dataset", help="dataset pins: the exact rows a named dataset reads, kept by GC")
@@ -150,3 +197,21 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c = dsub.add_parser("delete", help="delete a pin (GC may then remove what only it held)")
     c.add_argument("name")
     c.set_defaults(func=_cmd_delete)
+    c = dsub.add_parser(
+        "copy", help="copy a pin (its files, rows and the pin, verified, resumable) into another lake"
+    )
+    c.add_argument("name")
+    c.add_argument("dest", help="the destination lake: a local path or s3://bucket/prefix")
+    c.add_argument("--dest-catalog", default=None, help="the destination's catalog to bring up to date")
+    c.add_argument("--workers", type=int, default=16, help="transfers in flight")
+    c.add_argument("--part-mib", type=int, default=64, help="objects larger than this move in parts")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.add_argument("--json", action="store_true")
+    c.set_defaults(func=_cmd_copy)
+    c = dsub.add_parser("stage", help="fill a training host's loader cache with a pin's data")
+    c.add_argument("name")
+    c.add_argument("--cache", required=True, help="the loader cache directory (train with --cache-dir DIR)")
+    c.add_argument("--cache-gib", type=float, default=100.0, help="the cache's size limit")
+    c.add_argument("--workers", type=int, default=None, help="loader worker processes")
+    c.add_argument("--quiet", action="store_true", help="no progress bar")
+    c.set_defaults(func=_cmd_stage)

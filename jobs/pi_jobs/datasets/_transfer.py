@@ -1,0 +1,210 @@
+"""Moving one lake file, verified (architecture decisions 10 and 14).
+
+The bytes read from the source are checked before they are written: their length against the
+source's Delta log, every page's CRC (`pi_format.lake.integrity.check_parquet_file`, the
+machinery `pilake verify` uses; headers and CRCs, no decoding) and a sha256 taken of them. The
+bytes written are read back and must have the same sha256. A fault re-fetches once; a second
+fault fails the copy naming the file. A file the destination already holds with the source's
+size (a copy killed after writing it, before its manifest entry) is checked in place, by its
+page CRCs, and kept without being sent again.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import signal
+import threading
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import pyarrow as pa
+
+from pi_jobs.datasets._manifest import CopyManifest, DoneFile
+from pi_jobs.datasets._progress import Progress
+from pi_jobs.datasets._stores import LakeStore
+from pi_jobs.errors import PiJobsError
+
+# Fault injection for the kill-and-resume test (a test double for a crash that cannot be timed
+# on a copy that lasts a second): SIGKILL this process after it has sent this many files.
+KILL_AFTER_FILES_ENV = "PILAKE_FAULT_COPY_KILL_AFTER_FILES"
+
+
+class CopyError(PiJobsError):
+    """A dataset copy cannot be made as asked, or a file fails its checks (the message names it)."""
+
+
+@dataclass
+class TransferCounts:
+    """What the transfers of one copy did (thread-safe through `lock`)."""
+
+    sent: int = 0  # files read from the source and written
+    bytes_sent: int = 0
+    found: int = 0  # files the destination already held, checked in place
+    in_manifest: int = 0  # files the manifest lists as finished: not touched
+    refetched: int = 0  # files whose first fetch failed a check
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+@dataclass(frozen=True, slots=True)
+class FileJob:
+    """One file to bring over: its path relative to the lake root and its size at the source."""
+
+    relative: str
+    size: int
+    require_crc: bool  # its table records page CRCs in every file: a page without one is a fault
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _check_pages(data: bytes, require_crc: bool) -> str:
+    """'' when every page of the Parquet file `data` has a matching CRC, else what is wrong."""
+    from pi_format.lake import check_parquet_file
+
+    check = check_parquet_file(pa.BufferReader(data), require_crc=require_crc, decode=False)
+    if not check.faults:
+        return ""
+    first = check.faults[0]
+    return f"{len(check.faults)} page fault(s), first: {first.as_dict()}"
+
+
+def _facts(data: bytes) -> tuple[int, str]:
+    """(rows, Delta add-action statistics) of the Parquet file `data`, as the lake writer records them."""
+    import pyarrow.parquet as pq
+    from pi_format.lake._files import DATA_SKIPPING_COLUMNS, _delta_stats
+
+    reader = pq.ParquetFile(pa.BufferReader(data))
+    names = [c for c in DATA_SKIPPING_COLUMNS if c in reader.schema_arrow.names]
+    columns = reader.read(columns=names) if names else pa.table({"_": pa.nulls(reader.metadata.num_rows)})
+    return int(reader.metadata.num_rows), _delta_stats(columns)
+
+
+class Transfers:
+    """Copies files from `source` to `dest`, `workers` at once, recording them in `manifest`.
+
+    Example:
+        >>> done = Transfers(src, dst, manifest, progress, workers=16, part_bytes=64 << 20).run(jobs)
+    """
+
+    def __init__(
+        self,
+        source: LakeStore,
+        dest: LakeStore,
+        manifest: CopyManifest,
+        progress: Progress | None,
+        *,
+        workers: int,
+        part_bytes: int,
+    ) -> None:
+        self.source = source
+        self.dest = dest
+        self.manifest = manifest
+        self.progress = progress
+        self.workers = workers
+        self.part_bytes = part_bytes
+        self.counts = TransferCounts()
+        raw = os.environ.get(KILL_AFTER_FILES_ENV, "")
+        self._kill_after = int(raw) if raw.strip().isdigit() else 0
+
+    def run(self, jobs: list[FileJob]) -> dict[str, DoneFile]:
+        """Bring every file of `jobs` over; returns their facts by relative path.
+
+        Raises:
+            CopyError: a file that failed its checks twice, or that cannot be read or written.
+        """
+        out: dict[str, DoneFile] = {}
+        with (
+            ThreadPoolExecutor(self.workers, thread_name_prefix="copy") as pool,
+            ThreadPoolExecutor(self.workers, thread_name_prefix="copy-part") as parts,
+        ):
+            futures = {job.relative: pool.submit(self._one, job, parts) for job in jobs}
+            try:
+                for relative, future in futures.items():
+                    out[relative] = future.result()
+            except BaseException:
+                for future in futures.values():
+                    future.cancel()
+                raise
+            finally:
+                self.manifest.flush()
+        return out
+
+    def _advance(self, n: int) -> None:
+        if self.progress is not None:
+            self.progress.advance(n)
+
+    def _one(self, job: FileJob, parts: ThreadPoolExecutor) -> DoneFile:
+        done = self.manifest.done.get(job.relative)
+        if done is not None and done.size == job.size and self.dest.size(job.relative) == job.size:
+            with self.counts.lock:
+                self.counts.in_manifest += 1
+            self._advance(job.size)
+            return done
+        try:
+            if self.dest.size(job.relative) == job.size:
+                found = self._check_in_place(job, parts)
+                if found is not None:
+                    self._advance(job.size)
+                    return found
+            done = self._send(job, parts)
+        except OSError as err:
+            raise CopyError(
+                f"copying {self.source.uri(job.relative)} to {self.dest.uri(job.relative)} failed: "
+                f"{self.dest.scrub(self.source.scrub(str(err)))}"
+            ) from None  # the chained error's text could carry a credential
+        self._advance(job.size)
+        return done
+
+    def _check_in_place(self, job: FileJob, parts: ThreadPoolExecutor) -> DoneFile | None:
+        data = self.dest.read(job.relative, part_bytes=self.part_bytes, parts=parts)
+        if len(data) != job.size or _check_pages(data, job.require_crc):
+            return None  # not the source's file (or damaged): send it again
+        rows, stats = _facts(data)
+        done = DoneFile(job.size, _sha256(data), rows, stats)
+        self.manifest.add(job.relative, done)
+        with self.counts.lock:
+            self.counts.found += 1
+        return done
+
+    def _send(self, job: FileJob, parts: ThreadPoolExecutor) -> DoneFile:
+        problem = ""
+        for attempt in range(2):
+            if attempt:
+                with self.counts.lock:
+                    self.counts.refetched += 1
+            data = self.source.read(job.relative, part_bytes=self.part_bytes, parts=parts)
+            if len(data) != job.size:
+                problem = f"read {len(data)} bytes, the source's Delta log says {job.size}"
+                continue
+            problem = _check_pages(data, job.require_crc)
+            if problem:
+                continue
+            digest = _sha256(data)
+            self.dest.write(job.relative, data)
+            back = self.dest.read(job.relative, part_bytes=self.part_bytes, parts=parts)
+            if _sha256(back) != digest:
+                problem = (
+                    f"the {len(back)} bytes read back from the destination differ from the {len(data)} sent"
+                )
+                continue
+            rows, stats = _facts(data)
+            done = DoneFile(job.size, digest, rows, stats)
+            self.manifest.add(job.relative, done)
+            self._sent(job.size)
+            return done
+        raise CopyError(
+            f"{self.source.uri(job.relative)} failed its checks twice: {problem}; nothing of the pin was "
+            "committed at the destination. Run `pilake verify` on the source lake (and `pilake repair`) "
+            "before copying this pin"
+        )
+
+    def _sent(self, size: int) -> None:
+        with self.counts.lock:
+            self.counts.sent += 1
+            self.counts.bytes_sent += size
+            sent = self.counts.sent
+        if self._kill_after and sent >= self._kill_after:
+            self.manifest.flush()
+            os.kill(os.getpid(), signal.SIGKILL)
