@@ -123,7 +123,11 @@ def build_job(config: StreamJobConfig) -> Any:
         stream.key_by(episode_key, key_type=Types.STRING())
         .process(EpisodeSinkFunction(settings), output_type=Types.STRING())
         .name("pilake-lake-sink")
+        # fixed uids: a savepoint's keyed state (episodes being assembled) maps back onto these
+        # operators after the job graph changes (Flink derives ids from the graph otherwise)
+        .uid("pilake-lake-sink")
         .print()  # PyFlink needs a sink; the lake sink emits nothing, so this prints nothing
+        .uid("pilake-print-sink")
     )
     return env
 
