@@ -27,7 +27,10 @@ from tests.fixtures.prometheus import Prometheus, running_prometheus, tools
 ROOT = Path(__file__).resolve().parents[2]
 PROMETHEUS_DIR = ROOT / "deploy" / "prometheus"
 ALERTS = PROMETHEUS_DIR / "alerts.yaml"
+# rendered by scripts/record_alert_metrics.py from series recorded while each failure was produced
 ALERTS_TEST = PROMETHEUS_DIR / "alerts_test.yaml"
+# hand-written: the failures of other programs' series and the long outages not recorded
+ALERTS_STATIC_TEST = PROMETHEUS_DIR / "alerts_static_test.yaml"
 # the training alert's cases: rendered by scripts/record_train_metrics.py from a recorded real run
 TRAIN_ALERTS_TEST = PROMETHEUS_DIR / "train_alerts_test.yaml"
 COMPOSE = ROOT / "deploy" / "compose" / "compose.yaml"
@@ -53,7 +56,9 @@ def _alerts() -> list[dict[str, Any]]:
 
 def test_alert_rules_pass_promtool_check_and_their_unit_tests() -> None:
     assert f"SUCCESS: {len(_alerts())} rules found" in _promtool("check", "rules", str(ALERTS))
-    assert "SUCCESS" in _promtool("test", "rules", str(ALERTS_TEST), str(TRAIN_ALERTS_TEST))
+    assert "SUCCESS" in _promtool(
+        "test", "rules", str(ALERTS_TEST), str(ALERTS_STATIC_TEST), str(TRAIN_ALERTS_TEST)
+    )
 
 
 def test_every_alert_fires_in_a_unit_test_and_names_registered_series() -> None:
@@ -63,7 +68,9 @@ def test_every_alert_fires_in_a_unit_test_and_names_registered_series() -> None:
     from pi_train._live_metrics import METRIC_NAMES as TRAIN
 
     cases = [
-        case for f in (ALERTS_TEST, TRAIN_ALERTS_TEST) for case in yaml.safe_load(f.read_text())["tests"]
+        case
+        for f in (ALERTS_TEST, ALERTS_STATIC_TEST, TRAIN_ALERTS_TEST)
+        for case in yaml.safe_load(f.read_text())["tests"]
     ]
     firing = {t["alertname"] for case in cases for t in case["alert_rule_test"] if t["exp_alerts"]}
     quiet = {t["alertname"] for case in cases for t in case["alert_rule_test"] if not t["exp_alerts"]}
@@ -77,6 +84,78 @@ def test_every_alert_fires_in_a_unit_test_and_names_registered_series() -> None:
             assert base in registered, f"{rule['alert']}: {series} is not registered"
         for key in ("summary", "description"):
             assert rule["annotations"][key], (rule["alert"], key)
+
+
+def _script(name: str) -> Any:
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location(name, ROOT / "scripts" / f"{name}.py")
+    assert spec is not None and spec.loader is not None
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    return script
+
+
+def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
+    """alerts_test.yaml is what scripts/record_alert_metrics.py --render makes of the committed
+    record; the record holds what the real stack served while each failure was produced, with
+    the series and buckets the code registers (none invented)."""
+    from pi_ingest._metrics import METRIC_NAMES as INGEST
+    from pi_jobs.stream._metrics import FRESHNESS_BUCKETS
+    from pi_jobs.stream._metrics import METRIC_NAMES as STREAM
+    from pi_loader.delivery._metrics import METRIC_NAMES as LOADER
+
+    script = _script("record_alert_metrics")
+    record = json.loads(script.RECORD.read_text())
+    assert ALERTS_TEST.read_text() == script.render(record)
+    assert set(record["cases"]) == set(script.CASES), "a case was never recorded"
+    registered = set(INGEST) | set(STREAM) | set(LOADER)
+    for name, case in record["cases"].items():
+        for kind, scrapes in case["scrapes"].items():
+            assert len(scrapes) >= 40, (name, kind)
+            for key in {k for sc in scrapes for k in sc}:
+                base = re.sub(r"_(bucket|sum|count)$", "", key[: key.index("{")])
+                assert base in registered or key[: key.index("{")] in registered, (name, key)
+
+    def last(name: str, kind: str, key: str) -> float:
+        return float(record["cases"][name]["scrapes"][kind][-1][key])
+
+    def first(name: str, kind: str, key: str) -> float:
+        return float(record["cases"][name]["scrapes"][kind][0][key])
+
+    # the object store stopped under the job: the sink retried its lake commits, and committed
+    # nothing in the last 10 scrapes (the alert's window)
+    retries = 'pilake_stream_dependency_retries_total{operation="lake_commit"}'
+    committed = "pilake_stream_episodes_committed_total{}"
+    down = record["cases"]["store_down"]["scrapes"]["stream"]
+    assert last("store_down", "stream", retries) > first("store_down", "stream", retries)
+    assert down[-1][committed] == down[-11][committed]
+    # healthy: committed and acknowledged, no retry
+    assert last("healthy", "stream", committed) > 0
+    assert last("healthy", "stream", retries) == 0
+    acked = 'pilake_uploader_episodes_acked_total{status="committed"}'
+    assert last("healthy", "uploader", acked) > 0
+    # never acknowledged: the acked series is served, at 0, while the spool fills
+    assert all(sc[acked] == 0 for sc in record["cases"]["uploader_never_acked"]["scrapes"]["uploader"])
+    assert last("uploader_never_acked", "uploader", "pilake_uploader_spool_episodes{}") > 0
+    # the freshness buckets served are the code's, and the alert's threshold is one of them
+    les = {
+        re.search(r'le="([^"]+)"', k).group(1)  # type: ignore[union-attr]
+        for k in record["cases"]["healthy"]["scrapes"]["stream"][-1]
+        if k.startswith("pilake_stream_freshness_seconds_bucket")
+    }
+    assert les == {"+Inf", *(repr(float(b)) for b in FRESHNESS_BUCKETS)}
+
+
+def test_freshness_buckets_cover_the_alert_threshold() -> None:
+    """histogram_quantile never returns more than the top finite bound: the alert's threshold
+    must be a bound with finite bounds above it (it was 300 s over a top bound of 128 s)."""
+    from pi_jobs.stream._metrics import COMMIT_SECONDS, FRESHNESS_BUCKETS
+
+    rule = next(r for r in _alerts() if r["alert"] == "PilakeFreshnessSlow")
+    threshold = float(re.search(r"> (\d+(\.\d+)?)$", rule["expr"]).group(1))  # type: ignore[union-attr]
+    assert threshold in FRESHNESS_BUCKETS and max(FRESHNESS_BUCKETS) > threshold
+    assert max(COMMIT_SECONDS._upper_bounds[:-1]) >= 120  # a commit that waited out dependency_retry_s
 
 
 def test_the_training_alert_cases_are_rendered_from_a_recorded_run() -> None:
@@ -292,3 +371,20 @@ def test_prometheus_scrapes_the_uploader_the_stream_job_and_a_loader(
         assert (prom.value('count(max_over_time(up{job="stream"}[10m]) == 1)') or 0) >= 1
         in_total = prom.value("sum(max_over_time(pilake_stream_episodes_in_total[10m]))")
         assert in_total == 2
+
+
+def test_the_k8s_prometheus_rule_is_alerts_yaml_and_the_monitors_are_selected() -> None:
+    """deploy/k8s/prometheus-rule.yaml is what scripts/render_prometheus_rule.py renders (the
+    groups of alerts.yaml), kustomize includes it, and it and every PodMonitor carry the label a
+    default kube-prometheus-stack selects (release: kube-prometheus-stack)."""
+    from tests.deploy._kustomize import render as kustomize
+
+    script = _script("render_prometheus_rule")
+    assert script.OUT.read_text() == script.render()
+    objects = kustomize(ROOT / "deploy" / "k8s", files={"secrets.env": "A=b\n"})
+    rule = next(o for o in objects if o["kind"] == "PrometheusRule")
+    assert rule["spec"]["groups"] == yaml.safe_load(ALERTS.read_text())["groups"]
+    selected = [o for o in objects if o["kind"] in ("PrometheusRule", "PodMonitor")]
+    assert len(selected) >= 5
+    for obj in selected:
+        assert obj["metadata"].get("labels", {}).get("release") == "kube-prometheus-stack", obj["metadata"]

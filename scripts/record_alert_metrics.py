@@ -1,0 +1,462 @@
+"""Record the series the stack serves while a failure is produced for real, and render the alerts'
+promtool unit tests from them.
+
+    .venv/bin/python scripts/record_alert_metrics.py           # record every case, then render
+    .venv/bin/python scripts/record_alert_metrics.py CASE ...  # record these cases again, render
+    .venv/bin/python scripts/record_alert_metrics.py --render  # render from the committed record
+
+Each case runs the real thing (the Tansu broker, `pilake stream` as a subprocess with its Flink
+JVM and Python workers, `pi_ingest.Uploader`, `pi_loader.Loader`) and scrapes their /metrics
+over HTTP once a second, as Prometheus would:
+
+- healthy: the stream job runs, an uploader submits an episode every few seconds and each is
+  committed and acknowledged;
+- store_down: the lake is on SeaweedFS (S3); the store is stopped under the running job while
+  the uploader keeps submitting: the sink's group commits retry and nothing is committed;
+- uploader_never_acked: an uploader submits episodes and no stream job runs;
+- loader_healthy: a loader (default global shuffle) whose consumer works 0.2 s per batch: no
+  alert may fire (the old PilakeLoaderCacheCold did: video-chunk hit ratio 0.22).
+
+The scrapes go to deploy/prometheus/testdata/alert_metrics.json as served (the pilake_* series
+the alerts and their neighbours read). `--render` writes deploy/prometheus/alerts_test.yaml:
+each recorded scrape becomes one minute of promtool input (the runs last seconds; the alerts
+need tens of minutes), so the time axis is stretched 60 times. Counters and their rates keep
+their ratios under that stretch; the one gauge measured in seconds
+(pilake_uploader_oldest_spooled_seconds) is multiplied by 60 with it. Histogram buckets are
+rendered as served (the freshness histogram's `le` values are the code's FRESHNESS_BUCKETS).
+tests/deploy/test_prometheus.py checks that the committed test file is what `--render` makes
+of the committed record, so no value in it is typed by hand.
+
+The few alerts whose failure is not produced here (Kafka's and ClickHouse's, series of other
+programs; a 95th percentile freshness over 300 s, which needs an outage longer than 5 minutes;
+the stream job's workers gone for 10 minutes) keep hand-written cases in alerts_static_test.yaml.
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import json
+import platform
+import shutil
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+RECORD = ROOT / "deploy" / "prometheus" / "testdata" / "alert_metrics.json"
+TEST_FILE = ROOT / "deploy" / "prometheus" / "alerts_test.yaml"
+STRETCH = 60  # one scrape a second, one promtool minute a scrape
+SECONDS_GAUGES = ("pilake_uploader_oldest_spooled_seconds",)
+STORE_STOP_AT = 8  # store_down: the scrape after which the object store is stopped
+SCRAPES = 45  # per case: enough for a 10m window plus a 30m `for` (stretched)
+# the series kept from each endpoint (the _created gauges and help text are not)
+KEPT_PREFIXES = ("pilake_uploader_", "pilake_stream_", "pilake_loader_")
+DROPPED_SUFFIXES = ("_created",)
+# the labels a Prometheus scrape adds, per endpoint kind
+TARGETS = {
+    "uploader": {"job": "pilake-uploader", "instance": "robot-1:9461"},
+    "stream": {"job": "pilake-stream", "instance": "taskmanager-0:9470"},
+    "loader": {"job": "pilake-loader", "instance": "trainer-0:9480"},
+}
+
+
+def _scrape(port: int) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        text = response.read().decode()
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if not s.name.startswith(KEPT_PREFIXES) or s.name.endswith(DROPPED_SUFFIXES):
+                continue
+            labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+            out[f"{s.name}{{{labels}}}"] = s.value
+    return out
+
+
+def _record_scrapes(
+    ports: dict[str, list[int]],
+    scrapes: int,
+    *,
+    step: Callable[[int], None] | None = None,
+    ready: Callable[[], bool] | None = None,
+    idle: Callable[[], None] | None = None,
+) -> dict[str, list[dict[str, float]]]:
+    """Scrape each kind's ports once a second `scrapes` times, counting from the first second
+    every kind answers (a stream worker serves only once Flink started it) and `ready()` holds
+    (`idle()` runs meanwhile); `step(i)` runs after scrape i (submit an episode, say)."""
+    got: dict[str, list[dict[str, float]]] = {kind: [] for kind in ports}
+    started = time.monotonic()
+    while len(next(iter(got.values()))) < scrapes:
+        tick = time.monotonic()
+        if ready is not None and not got[next(iter(got))] and not ready():
+            if idle is not None:
+                idle()
+            if time.monotonic() - started > 240:
+                raise RuntimeError("not ready within 240 s")
+            time.sleep(0.5)
+            continue
+        now: dict[str, dict[str, float]] = {}
+        for kind, kind_ports in ports.items():
+            for port in kind_ports:
+                try:
+                    now[kind] = _scrape(port)
+                    break
+                except Exception:  # nothing there yet, or another program's port of the range
+                    continue
+        if len(now) == len(ports):
+            for kind, series in now.items():
+                got[kind].append(series)
+            if step is not None:
+                step(len(got[kind]) - 1)
+        elif time.monotonic() - started > 240:
+            raise RuntimeError(f"no metrics from {sorted(set(ports) - set(now))} within 240 s")
+        time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+    return got
+
+
+def _uploader(stack: Any, name: str, port: int) -> Any:
+    from pi_ingest import Uploader, UploaderConfig
+
+    spool = stack.home / f"spool-{name}"
+    stack.spool_dirs.append(spool)
+    return Uploader(
+        UploaderConfig(
+            stack.bootstrap,
+            spool,
+            delivery_timeout_s=5.0,
+            backoff_initial_s=0.2,
+            backoff_max_s=2.0,
+            metrics_port=port,
+        )
+    )
+
+
+def _stream_case(
+    tmp: Path,
+    name: str,
+    *,
+    lake_env: dict[str, str] | None,
+    uploader_port: int,
+    store: Any = None,
+    kinds: tuple[str, ...] = ("uploader", "stream"),
+) -> Any:
+    """Run `pilake stream` and an uploader submitting an episode, then one every 5 scrapes; `store`
+    (a SeaweedFS) is stopped at scrape STORE_STOP_AT."""
+    from pi_jobs.local.faults import FaultStack
+    from pi_jobs.local.faults._messages import simulated
+
+    from tests.conftest import _free_port
+
+    jar_cache = Path(tempfile.gettempdir()) / "pilake-record-jars"
+    stream_first = _free_port()
+    env = {"PILAKE_STREAM_METRICS_PORT": str(stream_first), "PILAKE_METRICS_PORT_RANGE": "4"}
+    episodes = simulated(9100 + len(name), robots=1, episodes=10)
+    with FaultStack(tmp / name, jar_cache=jar_cache) as stack:
+        stack.start_broker()
+        with _uploader(stack, name, uploader_port) as up:
+            stream = stack.start_stream(extra_env={**env, **(lake_env or {})})
+            # PyFlink starts the sink's Python worker (and so its /metrics) with the first record;
+            # the recording starts once it is acknowledged (a job that works, whose start-up
+            # is not counted as an episode's wait)
+            up.submit(episodes[0])
+            acked: list[Any] = []
+
+            def idle() -> None:
+                up.send_pending()
+                acked.extend(up.poll_acks(0.2))
+                if not stream.alive():
+                    raise RuntimeError(f"stream job exited:\n{stream.output()[-3000:]}")
+
+            def step(i: int) -> None:
+                if store is not None and i == STORE_STOP_AT:
+                    store.stop()  # the object store goes down under the running job
+                if i % 5 == 4 and 1 + i // 5 < len(episodes):
+                    up.submit(episodes[1 + i // 5])
+                up.send_pending()
+                up.poll_acks(0.2)
+                if not stream.alive():
+                    raise RuntimeError(f"stream job exited:\n{stream.output()[-3000:]}")
+
+            ports = {"uploader": [uploader_port], "stream": list(range(stream_first, stream_first + 4))}
+            got = _record_scrapes(
+                {k: ports[k] for k in kinds}, SCRAPES, step=step, ready=lambda: bool(acked), idle=idle
+            )
+            stream.stop()
+        for spool in stack.spool_dirs:  # the next case's spool gauges start empty
+            shutil.rmtree(spool, ignore_errors=True)
+    gc.collect()
+    return got
+
+
+def record_healthy(tmp: Path, uploader_port: int) -> dict[str, Any]:
+    return {"scrapes": _stream_case(tmp, "healthy", lake_env=None, uploader_port=uploader_port)}
+
+
+def record_store_down(tmp: Path, uploader_port: int) -> dict[str, Any]:
+    """The lake on SeaweedFS (S3), stopped under the running job: the sink's group commits
+    retry (dependency_retry_s, 120 s, outlasts the recording). Only the stream job's endpoint
+    is kept: the uploader's alerts need longer than the recording after the stop."""
+    from tests.conftest import _free_port
+    from tests.fixtures.seaweedfs import seaweedfs
+
+    with seaweedfs(tmp / "seaweedfs", s3_port=_free_port()) as s3:
+        lake_env = {"PILAKE_LAKE": s3.uri("lake"), **s3.storage_options}
+        scrapes = _stream_case(
+            tmp, "store_down", lake_env=lake_env, uploader_port=uploader_port, store=s3, kinds=("stream",)
+        )
+    return {"scrapes": scrapes, "store": f"SeaweedFS, stopped at scrape {STORE_STOP_AT}"}
+
+
+def record_uploader_never_acked(tmp: Path, uploader_port: int) -> dict[str, Any]:
+    from pi_jobs.local.faults import FaultStack
+    from pi_jobs.local.faults._messages import simulated
+
+    episodes = simulated(9300, robots=1, episodes=6)
+    jar_cache = Path(tempfile.gettempdir()) / "pilake-record-jars"
+    with FaultStack(tmp / "never_acked", jar_cache=jar_cache) as stack:
+        stack.start_broker()
+        with _uploader(stack, "never-acked", uploader_port) as up:
+
+            def step(i: int) -> None:
+                if i < len(episodes):
+                    up.submit(episodes[i])
+                up.send_pending()
+                up.poll_acks(0.2)
+
+            got = _record_scrapes({"uploader": [uploader_port]}, SCRAPES, step=step)
+        # this process serves one uploader endpoint for every case: the next case must not see
+        # this spool's never-acknowledged episodes
+        for spool in stack.spool_dirs:
+            shutil.rmtree(spool, ignore_errors=True)
+    gc.collect()
+    return {"scrapes": got}
+
+
+def _loader_case(tmp: Path, name: str, *, size: tuple[int, int], consumer_s: float) -> dict[str, Any]:
+    from pi_loader import Dataset, Loader, SampleSpec, ShardSpec
+    from pi_loader.delivery import _metrics as loader_metrics
+
+    from tests.conftest import _free_port
+    from tests.fixtures.lake_factory import write_lake
+
+    lake = write_lake(
+        tmp / f"lake-{name}",
+        episodes=4,
+        steps=48,
+        cameras=("front", "wrist"),
+        size=size,
+        garbage_attempt=False,
+    )
+    port = loader_metrics.served_port() or _free_port()
+    dataset = Dataset(lake.layout.root, spec=SampleSpec(action_horizon=4), seed=1)
+    stop = threading.Event()
+    with Loader(
+        dataset, batch_size=8, num_workers=1, prefetch_batches=4, shard=ShardSpec(0, 1), metrics_port=port
+    ) as loader:
+
+        def consume() -> None:
+            while not stop.is_set():
+                for _batch in loader:  # epoch after epoch, as a trainer does
+                    if stop.is_set():
+                        return
+                    if consumer_s:
+                        time.sleep(consumer_s)  # the training step
+
+        thread = threading.Thread(target=consume, daemon=True)
+        thread.start()
+        try:
+            got = _record_scrapes({"loader": [loader_metrics.served_port() or port]}, SCRAPES)
+        finally:
+            stop.set()
+            thread.join(timeout=60)
+    return {"scrapes": got, "frames": list(size), "consumer_s_per_batch": consumer_s}
+
+
+def record_loader_healthy(tmp: Path, uploader_port: int) -> dict[str, Any]:
+    # 32x32 frames; the consumer's step takes 0.2 s: a loader that keeps up with its trainer
+    return _loader_case(tmp, "healthy", size=(32, 32), consumer_s=0.2)
+
+
+CASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
+    "store_down": record_store_down,
+    "uploader_never_acked": record_uploader_never_acked,
+    "healthy": record_healthy,
+    "loader_healthy": record_loader_healthy,
+}
+
+
+def record(names: list[str]) -> dict[str, Any]:
+    sys.path.insert(0, str(ROOT))
+    from tests.conftest import _free_port
+
+    doc: dict[str, Any] = json.loads(RECORD.read_text()) if RECORD.exists() else {"cases": {}}
+    uploader_port = _free_port()  # one uploader endpoint per process, shared by the cases
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in names:
+            t0 = time.monotonic()
+            try:
+                case = CASES[name](Path(tmp), uploader_port)
+            except Exception as err:  # the other cases still record; this one keeps its old record
+                print(f"{name}: FAILED: {err!r}", flush=True)
+                continue
+            case["recorded"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+            doc["cases"][name] = case
+            doc["host"] = f"{platform.node()} {platform.machine()}, python {platform.python_version()}"
+            doc["scrape"] = "every 1 s over HTTP while the failure is produced"
+            RECORD.parent.mkdir(parents=True, exist_ok=True)
+            RECORD.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+            print(f"{name}: {time.monotonic() - t0:.0f} s", flush=True)
+    return doc
+
+
+# The alerts that must fire at each case's last scrape; every other alert of alerts.yaml must
+# stay quiet there (but PilakeStreamJobDown, which fires on the absence of the stream job's
+# series: a case without a stream job would fire it, rightly).
+FIRING = {
+    "store_down": {"PilakeStreamStalled"},
+    "uploader_never_acked": {"PilakeUploaderNotAcknowledged", "PilakeUploaderBacklogOld"},
+    "healthy": set(),
+    "loader_healthy": set(),
+}
+NOT_EVALUATED = ("PilakeStreamJobDown",)
+# the generated freshness case: 10 episodes a minute, 2 s late, then 450 s late from minute 15
+FRESH_S, LATE_S, LATE_FROM_MIN, PER_MIN, FRESHNESS_MINUTES = 2.0, 450.0, 15, 10, 45
+
+
+def _rules() -> dict[str, dict[str, Any]]:
+    import yaml
+
+    doc = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yaml").read_text())
+    return {r["alert"]: r for g in doc["groups"] for r in g["rules"] if "alert" in r}
+
+
+def _expect(rule: dict[str, Any], instance: str, value: str | None = None) -> list[str]:
+    labels = {"severity": rule["labels"]["severity"]}
+    if "by (instance)" in rule["expr"]:
+        labels["instance"] = instance
+    lines = ["        exp_alerts:", "          - exp_labels:"]
+    lines += [f"              {k}: {json.dumps(v)}" for k, v in labels.items()]
+    lines += ["            exp_annotations:"]
+    for key in ("summary", "description"):
+        text = rule["annotations"][key].replace("{{ $labels.instance }}", instance)
+        if "{{" in text and value is not None:
+            text = text.replace("{{ $value }}", value)
+        if "{{" in text:
+            raise SystemExit(f"{rule['alert']}: render cannot fill {text!r}")
+        lines += [f"              {key}: {json.dumps(text)}"]
+    return lines
+
+
+def _values(values: list[float | None]) -> str:
+    return " ".join("_" if v is None else repr(float(v)) for v in values)
+
+
+def _case_lines(name: str, case: dict[str, Any], rules: dict[str, dict[str, Any]]) -> list[str]:
+    lines = [f"  # {name}: recorded {case['recorded']}", "  - interval: 1m", "    input_series:"]
+    length = 0
+    for kind, scrapes in case["scrapes"].items():
+        length = len(scrapes)
+        target = ",".join(f'{k}="{v}"' for k, v in TARGETS[kind].items())
+        for key in sorted({k for scrape in scrapes for k in scrape}):
+            brace = key.index("{")
+            name_, labels = key[:brace], key[brace + 1 : -1]
+            factor = STRETCH if name_ in SECONDS_GAUGES else 1
+            values = [None if sc.get(key) is None else sc[key] * factor for sc in scrapes]
+            series = f"{name_}{{{labels + ',' if labels else ''}{target}}}"
+            lines += [f"      - series: '{series}'", f"        values: '{_values(values)}'"]
+    if length < 40:
+        raise SystemExit(f"{name}: {length} scrapes are too few (a 10m window and a 30m `for`)")
+    lines += ["    alert_rule_test:"]
+    instance = {kind: TARGETS[kind]["instance"] for kind in case["scrapes"]}
+    for alert in [a for a in rules if a not in NOT_EVALUATED]:
+        # 2 minutes in: nothing can have fired yet
+        lines += ["      - eval_time: 2m", f"        alertname: {alert}", "        exp_alerts: []"]
+        lines += [f"      - eval_time: {length - 1}m", f"        alertname: {alert}"]
+        if alert in FIRING[name]:
+            kind = "uploader" if "uploader" in alert.lower() else "stream"
+            lines += _expect(rules[alert], instance[kind])
+        else:
+            lines += ["        exp_alerts: []"]
+    return lines
+
+
+def _freshness_lines(rules: dict[str, dict[str, Any]]) -> list[str]:
+    """PilakeFreshnessSlow over the histogram's own bounds (not recorded: it needs episodes more
+    than 5 minutes late, an outage of more than 5 minutes)."""
+    sys.path.insert(0, str(ROOT))
+    from pi_jobs.stream._metrics import FRESHNESS_BUCKETS
+
+    target = ",".join(f'{k}="{v}"' for k, v in TARGETS["stream"].items())
+    minutes = range(FRESHNESS_MINUTES + 1)
+    fresh = [PER_MIN * min(m, LATE_FROM_MIN) for m in minutes]
+    late = [PER_MIN * max(0, m - LATE_FROM_MIN) for m in minutes]
+    lines = [
+        f"  # freshness (generated over the code's FRESHNESS_BUCKETS): {PER_MIN} episodes a minute, "
+        f"{FRESH_S:g} s late, then {LATE_S:g} s late from minute {LATE_FROM_MIN}",
+        "  - interval: 1m",
+        "    input_series:",
+    ]
+    for le in [*FRESHNESS_BUCKETS, float("inf")]:
+        counts = [f + (lt if le >= LATE_S else 0) for f, lt in zip(fresh, late, strict=True)]
+        counts = [c if le >= FRESH_S else c - f for c, f in zip(counts, fresh, strict=True)]
+        text = "+Inf" if le == float("inf") else repr(float(le))
+        lines += [
+            f"      - series: 'pilake_stream_freshness_seconds_bucket{{le=\"{text}\",{target}}}'",
+            f"        values: '{_values([float(c) for c in counts])}'",
+        ]
+    above = min(b for b in FRESHNESS_BUCKETS if b >= LATE_S)
+    below = max(b for b in FRESHNESS_BUCKETS if b < LATE_S)
+    p95 = below + (above - below) * 0.95  # histogram_quantile's linear interpolation in the bucket
+    rule = rules["PilakeFreshnessSlow"]
+    lines += ["    alert_rule_test:"]
+    lines += [
+        f"      - eval_time: {LATE_FROM_MIN}m",
+        "        alertname: PilakeFreshnessSlow",
+        "        exp_alerts: []",
+    ]
+    lines += [f"      - eval_time: {FRESHNESS_MINUTES}m", "        alertname: PilakeFreshnessSlow"]
+    lines += _expect(rule, TARGETS["stream"]["instance"], value=f"{p95:g}")
+    return lines
+
+
+def render(doc: dict[str, Any]) -> str:
+    """The promtool unit tests of the alerts over the recorded scrapes (text)."""
+    rules = _rules()
+    lines = [
+        "# GENERATED by scripts/record_alert_metrics.py --render from testdata/alert_metrics.json: do",
+        "# not edit. The alerts over series recorded while each failure was produced (one scrape =",
+        "# 1m; pilake_uploader_oldest_spooled_seconds x60 with it). alerts_static_test.yaml has the rest.",
+        "rule_files:",
+        "  - alerts.yaml",
+        "evaluation_interval: 1m",
+        "tests:",
+    ]
+    for name in CASES:
+        if name in doc["cases"]:
+            lines += _case_lines(name, doc["cases"][name], rules)
+    lines += _freshness_lines(rules)
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("cases", nargs="*", help=f"cases to record (default all: {', '.join(CASES)})")
+    parser.add_argument("--render", action="store_true", help="render the test from the committed record")
+    args = parser.parse_args(argv)
+    if not args.render:
+        record(args.cases or list(CASES))
+    TEST_FILE.write_text(render(json.loads(RECORD.read_text())))
+    print(f"wrote {TEST_FILE.relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
