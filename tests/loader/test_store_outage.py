@@ -9,7 +9,9 @@ retry deadline, the error names the endpoint and the deadline, never a hang.
 from __future__ import annotations
 
 import hashlib
+import os
 import re
+import signal
 import threading
 from collections.abc import Iterator
 from pathlib import Path
@@ -166,3 +168,36 @@ def test_a_pin_by_name_opens_while_the_store_is_down(
             _open(seaweed, uri, "outage-pin", tmp_path / "cold", 1)  # type: ignore[arg-type]
     finally:
         seaweed.start()
+
+
+def test_a_frozen_store_costs_timeouts_and_retries_never_a_hang(
+    seaweed: SeaweedS3, remote_lake: tuple[str, Snapshot], tmp_path: Path
+) -> None:
+    """SIGSTOP: the store accepts connections and answers nothing; each try ends at its timeout."""
+    from pi_jobs.local.object_store import _read_state
+
+    uri, snapshot = remote_lake
+    want = _epoch(_open(seaweed, uri, snapshot, tmp_path / "baseline", 60))
+    ds = Dataset(
+        uri,
+        snapshot=snapshot,
+        seed=3,
+        action_horizon=2,
+        storage_options=seaweed.storage_options,
+        cache=CacheConfig(tmp_path / "cold", 10**8),
+        retry=RetryConfig(deadline_s=60, connect_timeout_s=1, request_timeout_s=1, **FAST),
+    )
+    got = [_digest(ds[0])]
+    pid = _read_state(seaweed.run_dir)["pid"]
+    assert isinstance(pid, int)
+    os.killpg(pid, signal.SIGSTOP)
+    thaw = threading.Timer(3.0, os.killpg, (pid, signal.SIGCONT))
+    thaw.start()
+    try:
+        before = storage_counts()
+        got += _epoch(ds, start=1)
+    finally:
+        thaw.cancel()
+        os.killpg(pid, signal.SIGCONT)
+    assert got == want
+    assert storage_counts()["storage_retries"] > before["storage_retries"]
