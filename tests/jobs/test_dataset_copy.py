@@ -19,9 +19,16 @@ import pytest
 from pi_format import LakeLayout
 from pi_format.lake import PinStore
 from pi_jobs.cli import main
-from pi_jobs.datasets import KILL_AFTER_FILES_ENV, CopyError, CopyOptions, copy_dataset, stage_dataset
+from pi_jobs.datasets import (
+    KILL_AFTER_FILES_ENV,
+    CopyError,
+    CopyOptions,
+    StageOptions,
+    copy_dataset,
+    stage_dataset,
+)
 from pi_jobs.maintenance.datasets import create_dataset
-from pi_loader import CacheConfig, Dataset
+from pi_loader import CacheConfig, Dataset, SampleSpec
 
 from tests.fixtures.lake_factory import FakeEpisode, append_episodes, make_episode
 from tests.fixtures.seaweedfs import SeaweedS3
@@ -51,7 +58,8 @@ def _lake(root: Path, first: int, count: int, *, group: int = 2) -> LakeLayout:
 
 
 def _samples(root: str, pin: str, cache: Path | None = None) -> tuple[str, list[dict[str, object]], Dataset]:
-    ds = Dataset(root, snapshot=pin, cache=CacheConfig(cache, 2**30) if cache else None)
+    spec = SampleSpec(action_horizon=4)
+    ds = Dataset(root, snapshot=pin, spec=spec, cache=CacheConfig(cache, 2**30) if cache else None)
     return ds.snapshot.fingerprint, [ds[i] for i in range(len(ds))], ds
 
 
@@ -171,7 +179,9 @@ def test_hostile_destinations_and_pin_names_are_refused_clearly(
     assert PinStore(LakeLayout(str(tmp_path / "d"))).get("pick-v1").episode_ids == ("ep-000", "ep-001")
 
 
-def test_stage_fills_the_cache_so_a_loader_fetches_no_remote_byte(s3: SeaweedS3, tmp_path: Path) -> None:
+def test_stage_fills_the_cache_so_a_loader_fetches_no_remote_byte(
+    s3: SeaweedS3, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
     source = _lake(tmp_path / "src", 0, 4)
     create_dataset(source, "pick-v1")
     remote = s3.uri(f"stage-{uuid.uuid4().hex[:8]}/lake")
@@ -181,9 +191,20 @@ def test_stage_fills_the_cache_so_a_loader_fetches_no_remote_byte(s3: SeaweedS3,
     assert cold._storage.stats().misses > 0  # type: ignore[attr-defined]
 
     cache = tmp_path / "nvme"
-    report = stage_dataset(remote, "pick-v1", str(cache), show_progress=False)
+    options = StageOptions(workers=0)  # in-process: no worker processes to spawn
+    report = stage_dataset(remote, "pick-v1", str(cache), options=options, show_progress=False)
     assert (report["samples"], report["episodes"]) == (32, 4)
     _, samples, warm = _samples(remote, "pick-v1", cache)
     stats = warm._storage.stats()  # type: ignore[attr-defined]
     assert (stats.misses, stats.downloaded_bytes) == (0, 0) and stats.hits > 0
     _same(samples, _samples(source.root, "pick-v1")[1])
+
+    # through the CLI: an unknown pin and a bad name are refused clearly, the pin stages
+    monkeypatch.setenv("PILAKE_LAKE", remote)
+    monkeypatch.setenv("PILAKE_HOME", str(tmp_path / "home"))
+    for name, message in (("nope", "no dataset pin named 'nope'"), ("a/b", "a pin name is 1-128")):
+        assert main(["dataset", "stage", name, "--cache", str(tmp_path / "c2"), "--quiet"]) == 1
+        assert message in capsys.readouterr().err
+    assert main(["dataset", "stage", "pick-v1", "--cache", str(tmp_path / "c2"), "--workers", "0"]) == 0
+    captured = capsys.readouterr()
+    assert "staged 32 samples of 4 episodes" in captured.out and "stage pick-v1 [" in captured.err

@@ -169,6 +169,7 @@ def _cmd_stage(settings: Settings, args: argparse.Namespace) -> int:
         args.name,
         args.cache,
         options=StageOptions(cache_gib=args.cache_gib, workers=args.workers),
+        catalog=settings.catalog_path or None,
         show_progress=not args.quiet,
     )
     print(

@@ -51,6 +51,7 @@ def stage_dataset(
     cache_dir: str,
     *,
     options: StageOptions | None = None,
+    catalog: str | None = None,
     progress_out: TextIO | None = None,
     show_progress: bool = True,
 ) -> dict[str, Any]:
@@ -61,6 +62,7 @@ def stage_dataset(
         name: the dataset pin.
         cache_dir: the host's loader cache (the trainer's --cache-dir).
         options: cache size, workers, batch size (`StageOptions`).
+        catalog: the installation's catalog (not read for a pin of the lake).
         progress_out: where the progress line goes (stderr by default).
         show_progress: False for no progress line.
 
@@ -69,18 +71,22 @@ def stage_dataset(
 
     Raises:
         ValueError: a bad pin name or options.
-        pi_loader errors: an unknown pin or a selection that cannot be read.
+        LakeError: no pin of that name in the lake (the message lists the pins).
+        pi_loader errors: a selection that cannot be read.
 
     Example:
         >>> stage_dataset("s3://lake/prod", "pick-v3", "/nvme/pilake-cache")["samples"]
         120000
     """
+    from pi_format import LakeLayout
+    from pi_format.lake import PinStore
     from pi_format.lake.pins import check_pin_name
     from pi_train import TrainConfig
     from pi_train._stage import stage
 
     check_pin_name(name)
     options = options or StageOptions()
+    PinStore(LakeLayout(lake)).get(name)  # an unknown pin: LakeError listing the lake's pins
     bar: list[Progress] = []
 
     def on_batch(samples: int, total: int) -> None:
@@ -94,6 +100,9 @@ def stage_dataset(
         config = TrainConfig(
             lake=lake,
             dataset=name,
+            # TrainConfig wants a catalog with a dataset name (a name may be a catalog snapshot);
+            # this one is a pin of the lake, checked above, which Dataset finds without it
+            catalog=catalog or "(unused: a pin of the lake)",
             out_dir=out,  # staging writes nothing there: a run's directory is not needed
             batch_size=options.batch_size,
             workers=options.workers,
