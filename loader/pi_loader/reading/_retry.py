@@ -124,12 +124,19 @@ _counts = {"storage_retries": 0, "storage_giveups": 0, "storage_permanent_errors
 _rng = random.Random()
 
 
+# Parts of a message that may hold digits that look like status codes: URLs, quoted keys and
+# bucket names, durations ("in 301.2µs" is not a redirect).
+_NOT_STATUS = re.compile(r"https?://\S+|'[^']*'|\"[^\"]*\"|\d+(?:\.\d+)?\s*(?:µs|us|ns|ms|s)\b")
+
+
 def classify(message: str) -> str:
-    """ "permanent", "missing" (the object or table is not there) or "transient" for the text of
-    an error from an S3 client. Unknown errors count as transient: the deadline bounds them."""
-    if _PERMANENT.search(message):
+    """The kind of an error from an S3 client, from its text: "permanent", "missing" (the object
+    or table is not there) or "transient". Unknown errors count as transient: the deadline
+    bounds them."""
+    text = _NOT_STATUS.sub(" ", message)
+    if _PERMANENT.search(text):
         return "permanent"
-    if _MISSING.search(message):
+    if _MISSING.search(text):
         return "missing"
     return "transient"
 

@@ -78,6 +78,14 @@ def test_classify_permanent_missing_and_transient() -> None:
     assert classify("AWS Error NETWORK_CONNECTION: curlCode: 7, Couldn't connect to server") == "transient"
     assert classify("HTTP response code: 503 SlowDown") == "transient"
     assert classify("NoSuchKey: the key does not exist") == "missing"
+    # digits in a duration, a URL or a key are not status codes (seen: "in 301.219µs")
+    refused = (
+        "Kernel error -> Generic S3 error: Error performing GET http://127.0.0.1:40301/b/403/x in "
+        "301.219µs - HTTP error: error sending request: Connection refused (os error 111) for key 'p-404'"
+    )
+    assert classify(refused) == "transient"
+    for duration in ("301ms", "400 us", "401.5s", "403ns"):
+        assert classify(f"timed out after {duration}") == "transient", duration
 
 
 def test_retrying_stops_at_the_deadline_and_names_the_endpoint() -> None:
