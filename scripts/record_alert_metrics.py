@@ -14,6 +14,7 @@ over HTTP once a second, as Prometheus would:
 - store_down: the lake is on SeaweedFS (S3); the store is stopped under the running job while
   the uploader keeps submitting: the sink's group commits retry and nothing is committed;
 - uploader_never_acked: an uploader submits episodes and no stream job runs;
+- broker_down: an uploader whose broker stopped before it uploads: its sends fail;
 - loader_healthy: a loader (default global shuffle) whose consumer works 0.2 s per batch: no
   alert may fire (the old PilakeLoaderCacheCold did: video-chunk hit ratio 0.22).
 
@@ -240,6 +241,45 @@ def record_uploader_never_acked(tmp: Path, uploader_port: int) -> dict[str, Any]
     return {"scrapes": got}
 
 
+def record_broker_down(tmp: Path, uploader_port: int) -> dict[str, Any]:
+    """An uploader whose broker stopped before it uploads: its sends fail (delivery timeout),
+    nothing is sent, the spool fills. The uploader works in its own thread, as a robot's does,
+    so a send waiting for its timeout never delays a scrape."""
+    from pi_jobs.local.faults import FaultStack
+    from pi_jobs.local.faults._messages import simulated
+    from pi_jobs.local.stack import stop_broker
+
+    episodes = simulated(9400, robots=1, episodes=6)
+    jar_cache = Path(tempfile.gettempdir()) / "pilake-record-jars"
+    stop = threading.Event()
+    with FaultStack(tmp / "broker_down", jar_cache=jar_cache) as stack:
+        stack.start_broker()
+        with _uploader(stack, "broker-down", uploader_port) as up:
+            stop_broker(stack.settings)  # the broker goes away
+
+            def robot() -> None:
+                for i in range(10_000):
+                    if stop.is_set():
+                        return
+                    if i < len(episodes):
+                        up.submit(episodes[i])
+                    up.send_pending()
+                    up.poll_acks(0.2)
+                    stop.wait(1.0)
+
+            thread = threading.Thread(target=robot, daemon=True)
+            thread.start()
+            try:
+                got = _record_scrapes({"uploader": [uploader_port]}, SCRAPES)
+            finally:
+                stop.set()
+                thread.join(timeout=60)
+        for spool in stack.spool_dirs:
+            shutil.rmtree(spool, ignore_errors=True)
+    gc.collect()
+    return {"scrapes": got}
+
+
 def _loader_case(tmp: Path, name: str, *, size: tuple[int, int], consumer_s: float) -> dict[str, Any]:
     from pi_loader import Dataset, Loader, SampleSpec, ShardSpec
     from pi_loader.delivery import _metrics as loader_metrics
@@ -288,6 +328,7 @@ def record_loader_healthy(tmp: Path, uploader_port: int) -> dict[str, Any]:
 CASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "store_down": record_store_down,
     "uploader_never_acked": record_uploader_never_acked,
+    "broker_down": record_broker_down,
     "healthy": record_healthy,
     "loader_healthy": record_loader_healthy,
 }
@@ -323,6 +364,11 @@ def record(names: list[str]) -> dict[str, Any]:
 FIRING = {
     "store_down": {"PilakeStreamStalled"},
     "uploader_never_acked": {"PilakeUploaderNotAcknowledged", "PilakeUploaderBacklogOld"},
+    "broker_down": {
+        "PilakeUploaderSendFailing",
+        "PilakeUploaderNotAcknowledged",
+        "PilakeUploaderBacklogOld",
+    },
     "healthy": set(),
     "loader_healthy": set(),
 }

@@ -138,6 +138,11 @@ def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
     # never acknowledged: the acked series is served, at 0, while the spool fills
     assert all(sc[acked] == 0 for sc in record["cases"]["uploader_never_acked"]["scrapes"]["uploader"])
     assert last("uploader_never_acked", "uploader", "pilake_uploader_spool_episodes{}") > 0
+    # the broker down: sends failed, no chunk was sent
+    failures = "pilake_uploader_send_failures_total{}"
+    assert last("broker_down", "uploader", failures) > first("broker_down", "uploader", failures)
+    chunks = "pilake_uploader_chunks_sent_total{}"
+    assert last("broker_down", "uploader", chunks) == first("broker_down", "uploader", chunks)
     # the freshness buckets served are the code's, and the alert's threshold is one of them
     les = {
         re.search(r'le="([^"]+)"', k).group(1)  # type: ignore[union-attr]
