@@ -174,9 +174,18 @@ def test_hostile_destinations_and_pin_names_are_refused_clearly(
         err = capsys.readouterr().err
         assert __import__("re").search(message, err), (args, err)
     assert not Path(tmp_path / "d").exists() and not Path(tmp_path / "src" / "inside").exists()
-    # the good copy beside them still goes through
-    assert main(["dataset", "copy", "pick-v1", str(tmp_path / "d"), "--quiet"]) == 0
+    # the good copy beside them still goes through, and the destination's catalog indexes it
+    catalog = str(tmp_path / "dest-catalog")
+    good = ["dataset", "copy", "pick-v1", str(tmp_path / "d"), "--dest-catalog", catalog, "--quiet"]
+    assert main(good) == 0
     assert PinStore(LakeLayout(str(tmp_path / "d"))).get("pick-v1").episode_ids == ("ep-000", "ep-001")
+    from pi_catalog import Catalog
+
+    index = Catalog(catalog)
+    try:
+        assert sorted(index.episode_ids("SELECT episode_id FROM episodes")) == ["ep-000", "ep-001"]
+    finally:
+        index.close()
 
 
 def test_stage_fills_the_cache_so_a_loader_fetches_no_remote_byte(
