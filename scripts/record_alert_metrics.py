@@ -49,22 +49,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+from scripts.alert_metrics_render import CASE_ORDER, FIRING, render
+
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "deploy" / "prometheus" / "testdata" / "alert_metrics.json"
 TEST_FILE = ROOT / "deploy" / "prometheus" / "alerts_test.yaml"
-STRETCH = 60  # one scrape a second, one promtool minute a scrape
-SECONDS_GAUGES = ("pilake_uploader_oldest_spooled_seconds",)
 STORE_STOP_AT = 8  # store_down: the scrape after which the object store is stopped
 SCRAPES = 45  # per case: enough for a 10m window plus a 30m `for` (stretched)
 # the series kept from each endpoint (the _created gauges and help text are not)
 KEPT_PREFIXES = ("pilake_uploader_", "pilake_stream_", "pilake_loader_")
 DROPPED_SUFFIXES = ("_created",)
-# the labels a Prometheus scrape adds, per endpoint kind
-TARGETS = {
-    "uploader": {"job": "pilake-uploader", "instance": "robot-1:9461"},
-    "stream": {"job": "pilake-stream", "instance": "taskmanager-0:9470"},
-    "loader": {"job": "pilake-loader", "instance": "trainer-0:9480"},
-}
 
 
 def _scrape(port: int) -> dict[str, float]:
@@ -332,6 +327,8 @@ CASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "healthy": record_healthy,
     "loader_healthy": record_loader_healthy,
 }
+# every recorded case is rendered and has its expected alerts
+assert set(CASES) == set(CASE_ORDER) == set(FIRING), (set(CASES), set(CASE_ORDER), set(FIRING))
 
 
 def record(names: list[str]) -> dict[str, Any]:
@@ -356,140 +353,6 @@ def record(names: list[str]) -> dict[str, Any]:
             RECORD.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
             print(f"{name}: {time.monotonic() - t0:.0f} s", flush=True)
     return doc
-
-
-# The alerts that must fire at each case's last scrape; every other alert of alerts.yaml must
-# stay quiet there (but PilakeStreamJobDown, which fires on the absence of the stream job's
-# series: a case without a stream job would fire it, rightly).
-FIRING = {
-    "store_down": {"PilakeStreamStalled"},
-    "uploader_never_acked": {"PilakeUploaderNotAcknowledged", "PilakeUploaderBacklogOld"},
-    "broker_down": {
-        "PilakeUploaderSendFailing",
-        "PilakeUploaderNotAcknowledged",
-        "PilakeUploaderBacklogOld",
-    },
-    "healthy": set(),
-    "loader_healthy": set(),
-}
-NOT_EVALUATED = ("PilakeStreamJobDown",)
-# the generated freshness case: 10 episodes a minute, 2 s late, then 450 s late from minute 15
-FRESH_S, LATE_S, LATE_FROM_MIN, PER_MIN, FRESHNESS_MINUTES = 2.0, 450.0, 15, 10, 45
-
-
-def _rules() -> dict[str, dict[str, Any]]:
-    import yaml
-
-    doc = yaml.safe_load((ROOT / "deploy" / "prometheus" / "alerts.yaml").read_text())
-    return {r["alert"]: r for g in doc["groups"] for r in g["rules"] if "alert" in r}
-
-
-def _expect(rule: dict[str, Any], instance: str, value: str | None = None) -> list[str]:
-    labels = {"severity": rule["labels"]["severity"]}
-    if "by (instance)" in rule["expr"]:
-        labels["instance"] = instance
-    lines = ["        exp_alerts:", "          - exp_labels:"]
-    lines += [f"              {k}: {json.dumps(v)}" for k, v in labels.items()]
-    lines += ["            exp_annotations:"]
-    for key in ("summary", "description"):
-        text = rule["annotations"][key].replace("{{ $labels.instance }}", instance)
-        if "{{" in text and value is not None:
-            text = text.replace("{{ $value }}", value)
-        if "{{" in text:
-            raise SystemExit(f"{rule['alert']}: render cannot fill {text!r}")
-        lines += [f"              {key}: {json.dumps(text)}"]
-    return lines
-
-
-def _values(values: list[float | None]) -> str:
-    return " ".join("_" if v is None else repr(float(v)) for v in values)
-
-
-def _case_lines(name: str, case: dict[str, Any], rules: dict[str, dict[str, Any]]) -> list[str]:
-    lines = [f"  # {name}: recorded {case['recorded']}", "  - interval: 1m", "    input_series:"]
-    length = 0
-    for kind, scrapes in case["scrapes"].items():
-        length = len(scrapes)
-        target = ",".join(f'{k}="{v}"' for k, v in TARGETS[kind].items())
-        for key in sorted({k for scrape in scrapes for k in scrape}):
-            brace = key.index("{")
-            name_, labels = key[:brace], key[brace + 1 : -1]
-            factor = STRETCH if name_ in SECONDS_GAUGES else 1
-            values = [None if sc.get(key) is None else sc[key] * factor for sc in scrapes]
-            series = f"{name_}{{{labels + ',' if labels else ''}{target}}}"
-            lines += [f"      - series: '{series}'", f"        values: '{_values(values)}'"]
-    if length < 40:
-        raise SystemExit(f"{name}: {length} scrapes are too few (a 10m window and a 30m `for`)")
-    lines += ["    alert_rule_test:"]
-    instance = {kind: TARGETS[kind]["instance"] for kind in case["scrapes"]}
-    for alert in [a for a in rules if a not in NOT_EVALUATED]:
-        # 2 minutes in: nothing can have fired yet
-        lines += ["      - eval_time: 2m", f"        alertname: {alert}", "        exp_alerts: []"]
-        lines += [f"      - eval_time: {length - 1}m", f"        alertname: {alert}"]
-        if alert in FIRING[name]:
-            kind = "uploader" if "uploader" in alert.lower() else "stream"
-            lines += _expect(rules[alert], instance[kind])
-        else:
-            lines += ["        exp_alerts: []"]
-    return lines
-
-
-def _freshness_lines(rules: dict[str, dict[str, Any]]) -> list[str]:
-    """PilakeFreshnessSlow over the histogram's own bounds (not recorded: it needs episodes more
-    than 5 minutes late, an outage of more than 5 minutes)."""
-    sys.path.insert(0, str(ROOT))
-    from pi_jobs.stream._metrics import FRESHNESS_BUCKETS
-
-    target = ",".join(f'{k}="{v}"' for k, v in TARGETS["stream"].items())
-    minutes = range(FRESHNESS_MINUTES + 1)
-    fresh = [PER_MIN * min(m, LATE_FROM_MIN) for m in minutes]
-    late = [PER_MIN * max(0, m - LATE_FROM_MIN) for m in minutes]
-    lines = [
-        f"  # freshness (generated over the code's FRESHNESS_BUCKETS): {PER_MIN} episodes a minute, "
-        f"{FRESH_S:g} s late, then {LATE_S:g} s late from minute {LATE_FROM_MIN}",
-        "  - interval: 1m",
-        "    input_series:",
-    ]
-    for le in [*FRESHNESS_BUCKETS, float("inf")]:
-        counts = [f + (lt if le >= LATE_S else 0) for f, lt in zip(fresh, late, strict=True)]
-        counts = [c if le >= FRESH_S else c - f for c, f in zip(counts, fresh, strict=True)]
-        text = "+Inf" if le == float("inf") else repr(float(le))
-        lines += [
-            f"      - series: 'pilake_stream_freshness_seconds_bucket{{le=\"{text}\",{target}}}'",
-            f"        values: '{_values([float(c) for c in counts])}'",
-        ]
-    above = min(b for b in FRESHNESS_BUCKETS if b >= LATE_S)
-    below = max(b for b in FRESHNESS_BUCKETS if b < LATE_S)
-    p95 = below + (above - below) * 0.95  # histogram_quantile's linear interpolation in the bucket
-    rule = rules["PilakeFreshnessSlow"]
-    lines += ["    alert_rule_test:"]
-    lines += [
-        f"      - eval_time: {LATE_FROM_MIN}m",
-        "        alertname: PilakeFreshnessSlow",
-        "        exp_alerts: []",
-    ]
-    lines += [f"      - eval_time: {FRESHNESS_MINUTES}m", "        alertname: PilakeFreshnessSlow"]
-    lines += _expect(rule, TARGETS["stream"]["instance"], value=f"{p95:g}")
-    return lines
-
-
-def render(doc: dict[str, Any]) -> str:
-    """The promtool unit tests of the alerts over the recorded scrapes (text)."""
-    rules = _rules()
-    lines = [
-        "# GENERATED by scripts/record_alert_metrics.py --render from testdata/alert_metrics.json: do",
-        "# not edit. The alerts over series recorded while each failure was produced (one scrape =",
-        "# 1m; pilake_uploader_oldest_spooled_seconds x60 with it). alerts_static_test.yaml has the rest.",
-        "rule_files:",
-        "  - alerts.yaml",
-        "evaluation_interval: 1m",
-        "tests:",
-    ]
-    for name in CASES:
-        if name in doc["cases"]:
-            lines += _case_lines(name, doc["cases"][name], rules)
-    lines += _freshness_lines(rules)
-    return "\n".join(lines) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
