@@ -56,13 +56,14 @@ def explain(result: dict[str, Any]) -> None:
                 "CPU per sample than the limit at every worker count"
             )
             target["next"] = (
-                "decode into the batch's slot in C (swscale writing the caller's buffer), keep the "
-                "access-unit offsets in the chunk index instead of scanning Annex-B per chunk, or "
-                "decode on the GPU (NVDEC) and ship compressed chunks"
+                "decode into the batch's slot in C (swscale writing the caller's buffer; a ctypes try "
+                "was not pixel-exact at every size), or decode on the GPU (NVDEC) and ship compressed "
+                "chunks (the access-unit offsets are already kept per process since issue 35)"
             )
         elif name.startswith("first_batch"):
+            where = "straddles" if target["min"] <= target["threshold"] else "lies above"
             target["why"] = (
-                f"the spread ({target['min']:.2f}-{target['max']:.2f} s) straddles the threshold: "
+                f"the spread ({target['min']:.2f}-{target['max']:.2f} s) {where} the threshold: "
                 "interpreter, imports, Dataset open, forkserver workers and the first batch in turn"
             )
             target["next"] = "a warm host index and a smaller first batch would take the rest"
