@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import os
 import uuid
-from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -84,6 +83,18 @@ class LakeStore:
         info = self.fs.get_file_info(self.path(relative))
         return int(info.size) if info.type == pafs.FileType.File else None
 
+    def listing(self, directories: list[str]) -> dict[str, int]:
+        """Relative path -> size of every file directly in `directories` (relative to the root)."""
+        import pyarrow.fs as pafs
+
+        out: dict[str, int] = {}
+        for directory in directories:
+            selector = pafs.FileSelector(self.path(directory), allow_not_found=True, recursive=False)
+            for info in self.fs.get_file_info(selector):
+                if info.type == pafs.FileType.File:
+                    out[f"{directory}/{info.base_name}"] = int(info.size)
+        return out
+
     def read(self, relative: str, *, part_bytes: int, parts: ThreadPoolExecutor | None) -> bytes:
         """The whole file; a file over `part_bytes` in ranged reads run on `parts`."""
         path = self.path(relative)
@@ -142,9 +153,3 @@ def contains(outer: str, inner: str) -> bool:
         return f"{scheme}://{parts.netloc}{parts.path}".rstrip("/") + "/"
 
     return norm(inner).startswith(norm(outer))
-
-
-def in_pool(pool: ThreadPoolExecutor, calls: list[Callable[[], Any]]) -> list[Any]:
-    """Run `calls` on `pool`, return their results in order (the first error is raised)."""
-    futures = [pool.submit(call) for call in calls]
-    return [f.result() for f in futures]

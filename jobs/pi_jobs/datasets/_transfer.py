@@ -105,6 +105,7 @@ class Transfers:
         self.workers = workers
         self.part_bytes = part_bytes
         self.counts = TransferCounts()
+        self._present: dict[str, int] = {}
         raw = os.environ.get(KILL_AFTER_FILES_ENV, "")
         self._kill_after = int(raw) if raw.strip().isdigit() else 0
 
@@ -115,6 +116,8 @@ class Transfers:
             CopyError: a file that failed its checks twice, or that cannot be read or written.
         """
         out: dict[str, DoneFile] = {}
+        # one listing per table directory instead of a HEAD request per file
+        self._present = self.dest.listing(sorted({job.relative.split("/", 1)[0] for job in jobs}))
         with (
             ThreadPoolExecutor(self.workers, thread_name_prefix="copy") as pool,
             ThreadPoolExecutor(self.workers, thread_name_prefix="copy-part") as parts,
@@ -137,13 +140,14 @@ class Transfers:
 
     def _one(self, job: FileJob, parts: ThreadPoolExecutor) -> DoneFile:
         done = self.manifest.done.get(job.relative)
-        if done is not None and done.size == job.size and self.dest.size(job.relative) == job.size:
+        present = self._present.get(job.relative)
+        if done is not None and done.size == job.size and present == job.size:
             with self.counts.lock:
                 self.counts.in_manifest += 1
             self._advance(job.size)
             return done
         try:
-            if self.dest.size(job.relative) == job.size:
+            if present == job.size:
                 found = self._check_in_place(job, parts)
                 if found is not None:
                     self._advance(job.size)
