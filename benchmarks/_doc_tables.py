@@ -218,7 +218,13 @@ def trainer(b: Path) -> str:
 
 
 def trainer_scaling(b: Path) -> str:
-    doc = json.loads((b / "trainer_scaling.json").read_text())
+    # this machine's run, then the 16-core lent GPU host's (its CPUs; the GPU idle), when committed
+    names = ["trainer_scaling.json", "trainer_scaling_host16.json"]
+    return "\n\n".join(_trainer_scaling_one(b, name) for name in names if (b / name).exists())
+
+
+def _trainer_scaling_one(b: Path, name: str) -> str:
+    doc = json.loads((b / name).read_text())
     rows = [
         [
             leg["framework"],
@@ -233,7 +239,7 @@ def trainer_scaling(b: Path) -> str:
     header = ["framework", "processes", "global batch", "samples/s", "step ms", "efficiency"]
     c = doc["config"]
     return (
-        f"`baselines/trainer_scaling.json` ({doc['mode']}, batch {c['batch_size_per_process']} per process, "
+        f"`baselines/{name}` ({doc['mode']}, batch {c['batch_size_per_process']} per process, "
         f"{c['steps']} steps a leg, {c['repeats']} interleaved repeats, median (min–max); "
         f"{doc['machine']['cpus']} CPUs, load average {doc['machine']['load_avg'][0]:.1f} at the start):\n\n"
         f"{markdown(header, rows)}"

@@ -71,7 +71,9 @@ def _leg(lake: Path, out: Path, framework: str, nproc: int, steps: int, repeat: 
     )
     path = run.parent / f"{run.name}.json"
     path.write_text(config.to_json())
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=str(ROOT))
+    # the checkout first, then the caller's path (a GPU host's packages carried on PYTHONPATH)
+    path_ = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
+    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=path_)
     for name in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(name, None)
     start = time.monotonic()
