@@ -28,6 +28,12 @@ PAGES = {
     "quarantine",
     "quarantine_last_page",
     "pins",
+    "episodes",
+    "episodes_filtered",
+    "episode_from_list",
+    "dataset_all",
+    "dataset_sql",
+    "dataset_pin",
 }
 
 
