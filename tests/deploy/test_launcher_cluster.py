@@ -79,7 +79,8 @@ def test_launcher_submits_the_stream_job_from_a_settings_file(
     # Flink's Prometheus reporter as the FlinkDeployment configures it (one port per pod there;
     # here the JobManager and the TaskManager share a host, so a range of two)
     reporter_port = _free_port()
-    deployment = yaml.safe_load((DEPLOY / "k8s" / "flink-deployment.yaml").read_text())
+    documents = yaml.safe_load_all((DEPLOY / "k8s" / "flink-deployment.yaml").read_text())
+    deployment = next(d for d in documents if d and d.get("kind") == "FlinkDeployment")  # beside its PDB
     reporter = {
         k: str(v) for k, v in deployment["spec"]["flinkConfiguration"].items() if k.startswith("metrics.")
     }
