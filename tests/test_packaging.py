@@ -163,7 +163,8 @@ def installed(tmp_path_factory: pytest.TempPathFactory) -> Installed:
         origin = ROOT / source
         if origin.is_dir():
             shutil.copytree(origin, src / source, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        else:
+        else:  # a file of a folder the image copies only part of (deploy/requirements-jobs.lock)
+            (src / source).parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(origin, src / source)
     dist = work / "dist"
     # no build isolation: setuptools comes from the dev venv (>= 77, as build-system requires)
