@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._figures import MIN_REPEATS, interleaved, judge, ratio, spread
+from benchmarks.ingest.run import stop_stream_job
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -132,7 +133,7 @@ def ingest_leg(
     first send of `count` episodes to their last ack. With `py_spy` (the path of a py-spy
     binary) the Python worker is sampled meanwhile, into HOME/py-spy-*.txt (collapsed stacks)."""
     from pi_ingest.uploader import Uploader, UploaderConfig
-    from pi_jobs.local.stack import ensure_topics, start_broker, stop_broker
+    from pi_jobs.local.stack import ensure_topics, start_broker
     from pi_jobs.settings import Settings
 
     env = dict(os.environ, PILAKE_HOME=str(home), PILAKE_BROKER_PORT="19193", OPENBLAS_NUM_THREADS="1")
@@ -192,12 +193,7 @@ def ingest_leg(
             if report.pending:
                 raise RuntimeError(f"{len(report.pending)} episodes were not acknowledged in 900 s")
     finally:
-        job.send_signal(signal.SIGINT)
-        try:
-            job.wait(60)
-        except subprocess.TimeoutExpired:
-            job.kill()
-        stop_broker(settings)
+        stop_stream_job(job, settings)
     return {"cpu_s": job_cpu, "cpu_s_by_process": by_kind, "broker_cpu_s": broker_cpu, "wall_s": wall}
 
 

@@ -27,6 +27,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
@@ -54,7 +55,7 @@ def _run_once(parallelism: int, args: argparse.Namespace, seed: int, repeat: int
     """One stream job at `parallelism` on a fresh home and broker: freshness, then a burst."""
     from pi_ingest.simulator import SimulationConfig, simulate_episode
     from pi_ingest.uploader import Uploader, UploaderConfig
-    from pi_jobs.local.stack import ensure_topics, start_broker, stop_broker
+    from pi_jobs.local.stack import ensure_topics, start_broker
     from pi_jobs.settings import Settings
 
     home = args.out / f"home-p{parallelism}-r{repeat}"
@@ -130,14 +131,21 @@ def _run_once(parallelism: int, args: argparse.Namespace, seed: int, repeat: int
                 "machine_cpu_busy": _busy_fraction(cpu_before, cpu_after),
             }
     finally:
-        job.send_signal(signal.SIGINT)
-        try:
-            job.wait(60)
-        except subprocess.TimeoutExpired:
-            job.kill()
-        stop_broker(settings)
+        stop_stream_job(job, settings)
     results.update(_recorded_freshness(settings.catalog_path, fresh_ids))
     return results
+
+
+def stop_stream_job(job: subprocess.Popen[bytes], settings: Any) -> None:
+    """Stop a `pilake stream` process as Ctrl-C would (killed after 60 s), then its broker."""
+    from pi_jobs.local.stack import stop_broker
+
+    job.send_signal(signal.SIGINT)
+    try:
+        job.wait(60)
+    except subprocess.TimeoutExpired:
+        job.kill()
+    stop_broker(settings)
 
 
 def _cpu_times() -> tuple[int, int]:
