@@ -15,6 +15,7 @@ import hashlib
 import json
 import multiprocessing
 import os
+import time
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -98,6 +99,9 @@ class LoaderStats:
     # object-store reads tried again after a transient error, and reads that hit the deadline
     storage_retries: int = 0
     storage_giveups: int = 0
+    # seconds the consumer spent blocked in `next()` waiting for a batch (the wait in progress
+    # included): its rate over wall time is the fraction of time the trainer was starved
+    wait_seconds: float = 0.0
 
     @property
     def decoded_chunks_per_sample(self) -> float:
@@ -267,6 +271,8 @@ class Loader:
         self._order_cache: tuple[int, np.ndarray] | None = None
         self._samples = 0
         self._batches = 0
+        self._wait_s = 0.0  # consumer time spent inside next(), finished waits
+        self._waiting_since: float | None = None  # monotonic start of the wait in progress
         self._reads: dict[str, int] = {}  # sums of Dataset.read_stats deltas, all processes
         # shard size is checked now, so a bad shard fails at construction
         self._epoch_order(self._epoch)
@@ -434,7 +440,12 @@ class Loader:
             in_flight_limit=self._in_flight.maximum if self._num_workers else 0,
             idle_workers=self._in_flight.idle_workers if self._num_workers else 0,
             corrupt_skipped=reads.get("corrupt_skipped", 0),
+            wait_seconds=self._wait_seconds(),
         )
+
+    def _wait_seconds(self) -> float:
+        since = self._waiting_since
+        return self._wait_s + (time.monotonic() - since if since is not None else 0.0)
 
     def _count(self, deltas: dict[str, int]) -> None:
         for key, value in deltas.items():
@@ -464,6 +475,21 @@ class Loader:
         self._position = 0
 
     def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        # the consumer waits from each next() call (the generator resuming) to the yield; the
+        # time it spends suspended at the yield is the training step's, not counted
+        self._waiting_since = since = time.monotonic()
+        try:
+            for batch in self._iter_batches():
+                self._wait_s += time.monotonic() - since
+                self._waiting_since = None
+                yield batch
+                self._waiting_since = since = time.monotonic()
+        finally:
+            if self._waiting_since is not None:
+                self._wait_s += time.monotonic() - self._waiting_since
+                self._waiting_since = None
+
+    def _iter_batches(self) -> Iterator[dict[str, np.ndarray]]:
         work = self._batches_left()
         if self._num_workers == 0:
             for end, indices in work:

@@ -31,6 +31,7 @@ METRICS_PORT_ENV = "PILAKE_LOADER_METRICS_PORT"
 METRIC_NAMES = (
     "pilake_loader_samples_total",
     "pilake_loader_batches_total",
+    "pilake_loader_wait_seconds_total",
     "pilake_loader_bytes_read_total",
     "pilake_loader_video_reads_total",
     "pilake_loader_steps_reads_total",
@@ -65,6 +66,7 @@ class _LoaderCollector(Collector):
         samples = batches = bytes_read = video_reads = steps_reads = steps_lookups = frame_lookups = 0
         corrupt = retries = giveups = 0
         ready = in_flight = 0
+        wait_s = 0.0
         with self._lock:
             loaders = list(self._loaders)
         for loader in loaders:
@@ -78,12 +80,20 @@ class _LoaderCollector(Collector):
             corrupt += stats.corrupt_skipped
             retries += stats.storage_retries
             giveups += stats.storage_giveups
+            wait_s += stats.wait_seconds
             spec = loader.dataset.spec
             frame_lookups += stats.samples * len(loader.dataset.cameras) * (spec.frame_history + 1)
             ready += loader._worker_pool.ready_batches
             in_flight += loader._worker_pool.in_flight_batches
         yield CounterMetricFamily("pilake_loader_samples", "Samples handed out.", value=samples)
         yield CounterMetricFamily("pilake_loader_batches", "Batches handed out.", value=batches)
+        yield CounterMetricFamily(
+            "pilake_loader_wait_seconds",
+            "Seconds the consumer spent blocked waiting for its next batch (the wait in progress "
+            "included): rate(pilake_loader_wait_seconds_total[5m]) is the fraction of the time the "
+            "trainer was starved of data.",
+            value=wait_s,
+        )
         yield CounterMetricFamily(
             "pilake_loader_corrupt_skipped",
             "Samples skipped because their stored bytes failed a checksum (on_corrupt='skip').",

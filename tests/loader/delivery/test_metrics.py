@@ -127,3 +127,54 @@ def test_a_bad_port_other_than_zero_is_still_refused(
     ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("wrist",), action_horizon=3))
     with pytest.raises(PiLoaderError, match="PILAKE_LOADER_METRICS_PORT must be a port or a range"):
         Loader(ds, batch_size=4, shard=ShardSpec(0, 1))
+
+
+def test_wait_counts_the_consumers_blocked_time_only(
+    loader_lake: FakeLake, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """pilake_loader_wait_seconds_total (PilakeLoaderStarved's signal) counts the time a consumer
+    is blocked in next(), the wait in progress included, and nothing while it works on a batch."""
+    import threading
+    import time
+
+    from pi_loader.delivery._metrics import served_port
+
+    ds = Dataset(loader_lake.layout, spec=SampleSpec(cameras=("wrist",), action_horizon=3), seed=4)
+    port = _free_port()
+    with Loader(ds, batch_size=4, num_workers=0, shard=ShardSpec(0, 1), metrics_port=port) as loader:
+        port = served_port() or port
+        assert loader.stats().wait_seconds == 0.0  # nothing asked yet
+        it = iter(loader)
+        next(it)
+        first = loader.stats().wait_seconds
+        assert first > 0.0
+        time.sleep(0.05)  # the "training step": the consumer is not waiting
+        assert loader.stats().wait_seconds == first
+        # a read that blocks (the store frozen): the wait in progress is counted while it lasts
+        release = threading.Event()
+        real = ds.samples
+
+        def blocked(indices: object) -> object:
+            release.wait(60)
+            return real(indices)  # type: ignore[arg-type]
+
+        monkeypatch.setattr(ds, "samples", blocked)
+        got: list[object] = []
+        thread = threading.Thread(target=lambda: got.append(next(it)), daemon=True)
+        thread.start()
+        time.sleep(0.05)
+        during = loader.stats().wait_seconds
+        time.sleep(0.05)
+        # the scrape sums this loader's and any other live one's waits
+        scraped = scrape(port)[("pilake_loader_wait_seconds_total", ())]
+        later = loader.stats().wait_seconds
+        assert first < during < scraped and during < later  # grows while blocked, no batch out
+        assert loader.stats().batches == 1
+        release.set()
+        thread.join(60)
+        assert got and loader.stats().batches == 2
+        done = loader.stats().wait_seconds
+        time.sleep(0.05)
+        assert loader.stats().wait_seconds == done >= later
+        it.close()  # type: ignore[attr-defined]  # a generator: the consumer leaves mid-epoch
+        assert loader.stats().wait_seconds == done
