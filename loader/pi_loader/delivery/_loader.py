@@ -25,6 +25,7 @@ import numpy as np
 
 from pi_loader._errors import LoaderStateError
 from pi_loader._processes import default_start_method
+from pi_loader.decoding import DecoderOptions, loader_decoder
 from pi_loader.delivery._in_flight import default_num_workers, plan_in_flight
 from pi_loader.delivery._shared_batches import shared_memory_available
 from pi_loader.delivery._workers import WorkerPool, counter_deltas, read_counters
@@ -171,6 +172,10 @@ class Loader:
             group and episode; "skip" it: the batch comes without it, the skip is logged and
             counted (`stats().corrupt_skipped`, `pilake_loader_corrupt_skipped_total`). Never a
             wrong sample.
+        decoder: "cpu" (default: the workers decode with FFmpeg), "auto" (the CPU unless a
+            committed GPU-host measurement says NVDEC wins; the CPU today) or "nvdec", or a
+            `pi_loader.decoding.DecoderOptions`; checked here (`loader_decoder`): "nvdec" fails
+            with what is missing where there is no GPU or PyNvVideoCodec (docs/gpu-decode.md).
 
     Raises:
         ShardError: a bad shard, or too few samples for the shards.
@@ -203,6 +208,7 @@ class Loader:
         shared_memory: bool = True,
         metrics_port: int | None = None,
         on_corrupt: str = "raise",
+        decoder: str | DecoderOptions = "cpu",
     ) -> None:
         if not isinstance(dataset, Dataset | Mixture):
             raise TypeError(f"dataset must be a pi_loader.Dataset or Mixture, got {type(dataset).__name__}")
@@ -243,6 +249,7 @@ class Loader:
                     "skip: Dataset.skipping_corrupt()"
                 )
             dataset = dataset.skipping_corrupt()
+        self._decoder = loader_decoder(decoder, batch_size=batch_size, image_shapes=dataset.image_shapes())
         self._dataset = dataset
         self._shard = shard
         self._batch_size = batch_size
@@ -328,6 +335,11 @@ class Loader:
     @property
     def shard(self) -> ShardSpec:
         return self._shard
+
+    @property
+    def decoder(self) -> str:
+        """The decoder kind the batches are decoded with ("cpu"; see the `decoder` argument)."""
+        return self._decoder
 
     def set_epoch(self, epoch: int) -> None:
         """Start `epoch` from its beginning at the next iteration."""
