@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -36,6 +37,36 @@ def _cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
         for line in report.lines():
             print(line)
     print(f"verify: report written to {config.report_path}")
+    if args.metrics_file or args.pushgateway:
+        return _export_metrics(report, args)
+    return report.exit_code
+
+
+def _export_metrics(report: object, args: argparse.Namespace) -> int:
+    """Leave the run's figures for Prometheus; a failed export fails a clean run (exit 1) so the
+    CronJob shows it, and never hides damage (exit 2 stands)."""
+    import time
+
+    from pi_jobs.integrity import VerifyReport
+    from pi_jobs.integrity._metrics import (
+        VerifyMetricsError,
+        push_metrics,
+        verify_metrics_text,
+        write_metrics_file,
+    )
+
+    assert isinstance(report, VerifyReport)
+    text = verify_metrics_text(report, finished_at=time.time())
+    try:
+        if args.metrics_file:
+            write_metrics_file(Path(args.metrics_file), text)
+            print(f"verify: metrics written to {args.metrics_file}")
+        if args.pushgateway:
+            push_metrics(args.pushgateway, text)
+            print(f"verify: metrics pushed to {args.pushgateway}")
+    except VerifyMetricsError as err:
+        print(f"verify: {err}", file=sys.stderr)
+        return report.exit_code or 1
     return report.exit_code
 
 
@@ -78,6 +109,17 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", help="JSON report path (default: $PILAKE_HOME/verify/report.json)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--metrics-file",
+        help="write the run's figures (pilake_verify_*) to this file, Prometheus text format "
+        "(node exporter's textfile collector directory, e.g. .../pilake-verify.prom)",
+    )
+    p.add_argument(
+        "--pushgateway",
+        default=os.environ.get("PILAKE_VERIFY_PUSHGATEWAY") or None,
+        help="push the run's figures to this Pushgateway, e.g. http://pushgateway:9091 "
+        "(default: $PILAKE_VERIFY_PUSHGATEWAY)",
+    )
     p.set_defaults(func=_cmd_verify)
     p = sub.add_parser(
         "repair",
