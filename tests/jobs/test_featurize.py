@@ -285,6 +285,21 @@ def _chunks(width: int, height: int, frames: int = 6) -> list[Any]:
     return out + encoder.close()
 
 
+def _flip(data: bytes, at: int) -> bytes:
+    at %= len(data)
+    return data[:at] + bytes([data[at] ^ 0xFF]) + data[at + 1 :]
+
+
+def _first_unit_not_idr(data: bytes) -> bytes:
+    """The chunk with its first IDR slice's NAL type changed to a non-IDR slice (1)."""
+    from pi_format.video.reader import access_unit_bounds
+
+    units = access_unit_bounds(data)
+    assert units is not None
+    at = data.index(b"\x00\x00\x01\x65") + 3  # nal_ref_idc 3, type 5: x264's IDR slice
+    return data[:at] + bytes([(data[at] & 0xE0) | 1]) + data[at + 1 :]
+
+
 def test_every_training_chunk_is_decoded_and_checked() -> None:
     from pi_jobs.stream.featurize import _verify_chunks
 
@@ -296,6 +311,11 @@ def test_every_training_chunk_is_decoded_and_checked() -> None:
         "fewer frames than claimed": [dataclasses.replace(good[0], frame_count=4)],
         "truncated": [dataclasses.replace(good[0], data=good[0].data[: len(good[0].data) // 3])],
         "garbage": [dataclasses.replace(good[0], data=bytes(range(256)) * 8)],
+        # FFmpeg conceals these and returns every frame unless the check asks it not to
+        "one byte short": [dataclasses.replace(good[0], data=good[0].data[:-1])],
+        "a flipped byte in a slice": [dataclasses.replace(good[0], data=_flip(good[0].data, -5))],
+        "a zeroed tail": [dataclasses.replace(good[0], data=good[0].data[:-30] + bytes(30))],
+        "a frame that is not an IDR": [dataclasses.replace(good[0], data=_first_unit_not_idr(good[0].data))],
     }
     for what, chunks in bad.items():
         with pytest.raises(ProtocolError) as caught:
