@@ -141,14 +141,14 @@ class NvdecDecoder:
         packets = frame_packets(
             data, index, frame_count=frame_count, max_chunk_bytes=self._options.max_chunk_bytes
         )
-        buffer = np.frombuffer(data, dtype=np.uint8)  # the packets point into it: kept alive here
-        base = buffer.ctypes.data
+        # The packets point into these arrays (views of the chunk): kept alive until decoded.
+        arrays = [np.frombuffer(payload, dtype=np.uint8) for payload in packets.payloads(bytes(data))]
         decoded: list[Any] = []
         try:
-            for start, end in packets.byte_ranges():
+            for array in arrays:
                 packet = self._nvc.PacketData()
-                packet.bsl_data = base + start
-                packet.bsl = end - start
+                packet.bsl_data = array.ctypes.data
+                packet.bsl = array.size
                 decoded.extend(decoder.Decode(packet))
                 if len(decoded) > packets.output_index:
                     break

@@ -10,6 +10,7 @@ figures committed, so "auto" is the CPU today).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from pi_loader._errors import PiLoaderError
@@ -142,7 +143,7 @@ class GpuDecoderNotWiredError(PiLoaderError, NotImplementedError):
 
 
 def loader_decoder(
-    decoder: str | DecoderOptions, *, batch_size: int, image_shapes: dict[str, tuple[int, ...]]
+    decoder: str | DecoderOptions, *, batch_size: int, image_shapes: Mapping[str, tuple[int, ...]]
 ) -> str:
     """The decoder kind a Loader runs with ("cpu"), `decoder` checked at the Loader's
     construction: "nvdec" where the host cannot run it is refused (`GpuDecoderUnavailableError`),

@@ -53,9 +53,21 @@ class FramePackets:
     frame_count: int
 
     def byte_ranges(self) -> list[tuple[int, int]]:
-        """The ranges to feed, in order (the parameter sets first when needed)."""
+        """Every byte range of the chunk that is fed, in order (the parameter sets first when
+        needed)."""
         head = [] if self.parameter_sets is None else [self.parameter_sets]
         return [*head, *self.units]
+
+    def payloads(self, data: bytes) -> list[bytes | memoryview]:
+        """The packets to feed, one per access unit, as views of `data`; when the keyframe lacks
+        its own SPS/PPS, the chunk's are put in front of it in the first packet (a copy: a packet
+        of parameter sets alone is not a picture, and decoders refuse it)."""
+        view = memoryview(data)
+        out: list[bytes | memoryview] = [view[start:end] for start, end in self.units]
+        if self.parameter_sets is not None:
+            (ps_start, ps_end), (start, end) = self.parameter_sets, self.units[0]
+            out[0] = data[ps_start:ps_end] + data[start:end]
+        return out
 
 
 def frame_packets(
