@@ -107,7 +107,8 @@ class NvdecDecoder:
 
         Args:
             frames: (chunk data, frame index within the chunk) per batch row.
-            width, height: the chunks' frame size (the video rows' `width` and `height`).
+            width: the chunks' frame width (the video rows' `width`).
+            height: the chunks' frame height (the video rows' `height`).
             frame_count: frames each chunk's row promises (checked; None: not checked).
             out: a CUDA uint8 tensor [B, height, width, 3] to write into (a preallocated batch).
 
