@@ -268,6 +268,61 @@ class DiskCache:
             self._downloaded_bytes += written
         return str(path), file
 
+    def put_bytes(self, name: str, data: bytes, *, fetched: bool = True) -> str:
+        """Publish `data` as the cached entry `objects/<name[:2]>/<name>` (a byte range of a
+        remote file: `_ranges`), evicting least-recently-used entries to stay under the limit,
+        and count it as a miss of `len(data)` downloaded bytes. Returns its path.
+
+        Raises:
+            StorageError: `data` is larger than max_size_bytes.
+        """
+        if "/" in name or "\x00" in name or len(name) < 3:
+            raise ValueError(f"an entry name is a plain file name, got {name!r}")
+        if len(data) > self._config.max_size_bytes:
+            raise StorageError(
+                f"a range of {len(data)} bytes is larger than the whole cache (max_size_bytes="
+                f"{self._config.max_size_bytes}); raise CacheConfig.max_size_bytes"
+            )
+        self._ensure_open()
+        path = self._directory.root / "objects" / name[:2] / name
+        tmp = self._directory.tmp_path(name[:64])
+        try:
+            with open(tmp, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            path.parent.mkdir(exist_ok=True)
+            with self._directory.global_lock():
+                self._make_room(len(data))
+                os.rename(tmp, path)
+                mark_used(path)
+                self._directory.write_usage(self._directory.read_usage() + len(data))
+        except BaseException:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            raise
+        if fetched:
+            with self._counter_lock:
+                self._misses += 1
+                self._downloaded_bytes += len(data)
+        return str(path)
+
+    def stripe_lock(self, digest: str) -> contextlib.AbstractContextManager[None]:
+        """The lock held while the entries of `digest` are fetched (one fetch per host)."""
+        self._ensure_open()
+        return self._directory.stripe_lock(digest)
+
+    def count_hit(self) -> None:
+        """Count a read served from a cached entry without `get` (a byte range: `_ranges`)."""
+        with self._counter_lock:
+            self._hits += 1
+
+    @property
+    def objects_directory(self) -> Path:
+        """Where the cached entries are (`objects/<first two hex digits>/<name>`)."""
+        self._ensure_open()
+        return self._directory.root / "objects"
+
     def _touch(self, path: Path, open_file: bool) -> tuple[str, BinaryIO | None] | None:
         """Mark `path` used now, under the lock; None when it is not cached."""
         with self._directory.global_lock():

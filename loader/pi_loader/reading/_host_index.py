@@ -102,7 +102,7 @@ class HostIndex:
             found = self._open.get(uri)
         if found is not None:
             return found
-        file_size = os.stat(path).st_size
+        file_size = reader.file_size(uri, path)
         name = hashlib.sha1(f"{self.KIND}{uri}\n{file_size}".encode()).hexdigest()
         entries = self._load(name)
         if entries is None:

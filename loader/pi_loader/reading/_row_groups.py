@@ -17,13 +17,15 @@ through this reader's counters too; a footer is then parsed once per host per fi
 
 Bytes are counted as the reader asks for them: the footer once per parse (its serialized size
 plus the 8-byte tail), per read the compressed size of the column chunks read, per ranged read
-its size. That is
-what a ranged reader would fetch; for s3:// the disk cache downloads whole files once per host
-(see `S3Storage.stats().downloaded_bytes` for that figure).
+its size. For an s3:// lake that is what is fetched: every read goes through
+`S3Storage.read_range` (byte ranges kept in the host's disk cache, `_ranges`), nothing is
+downloaded whole; `read_stats["s3_fetched_bytes"]` counts what the store actually sent.
 """
 
 from __future__ import annotations
 
+import io
+import os
 import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
@@ -36,7 +38,7 @@ from pi_loader.reading import _file_handles as file_handles
 from pi_loader.reading._damage import as_corrupt, is_damage
 from pi_loader.reading._lake import missing_files_message
 from pi_loader.reading._lru import WeightedLRU
-from pi_loader.reading._storage import Storage
+from pi_loader.reading._storage import S3Storage, Storage
 
 # Memory of parsed footers kept per process. A group commit of 32 episodes x 3 cameras x 18
 # chunks makes a video file of ~1,700 row groups: ~1.3 MB of footer, ~15 MB parsed. 128 MB keeps
@@ -69,6 +71,8 @@ class RowGroupReader:
         self._reset()
 
     def _reset(self) -> None:
+        # an s3:// lake is read by byte ranges (`_ranges`); its "local path" is then its URI
+        self._ranged = self._storage if isinstance(self._storage, S3Storage) else None
         self._lock = threading.Lock()
         self._footers: WeightedLRU[str, pq.FileMetaData] = WeightedLRU(self._footer_cache_bytes)
         self.footer_reads = 0
@@ -90,7 +94,7 @@ class RowGroupReader:
             PiLoaderError: the file has no such row group (a locator that does not fit it).
         """
         try:
-            path = self._storage.local_path(uri)
+            path = self._path(uri)
             metadata = self._footer(uri, path, keep=True)
             if not 0 <= group < metadata.num_row_groups:
                 raise PiLoaderError(
@@ -99,8 +103,9 @@ class RowGroupReader:
                     "rewritten without updating the locators?)"
                 )
             # every page's CRC checked (architecture decision 10; pages written before have none)
+            self._prefetch(uri, metadata, [group], columns)
             rows: pa.Table = pq.ParquetFile(
-                path, metadata=metadata, page_checksum_verification=True
+                self._source(uri, path), metadata=metadata, page_checksum_verification=True
             ).read_row_group(group, columns=list(columns))
         except FileNotFoundError as err:  # RemoteFileNotFoundError too; other StorageErrors pass
             raise SnapshotDataMissingError(missing_files_message(table, version, uri, err)) from err
@@ -121,7 +126,7 @@ class RowGroupReader:
         """
         from pi_format.lake.integrity import check_page_crcs
 
-        path = self._storage.local_path(uri)
+        path = self._path(uri)
         metadata = self._footer(uri, path, keep=True)
         chunk = metadata.row_group(group)
         wanted = set(columns)
@@ -148,9 +153,45 @@ class RowGroupReader:
             SnapshotDataMissingError: the file is gone (vacuumed after `version` was pinned).
         """
         try:
-            return self._storage.local_path(uri)
+            return self._path(uri)
         except FileNotFoundError as err:
             raise SnapshotDataMissingError(missing_files_message(table, version, uri, err)) from err
+
+    def _path(self, uri: str) -> str:
+        """What the other methods take as `path`: the local file, or for a ranged (s3://) lake the
+        URI itself (nothing is downloaded: reads fetch byte ranges)."""
+        return uri if self._ranged is not None else self._storage.local_path(uri)
+
+    def file_size(self, uri: str, path: str) -> int:
+        """The size of the file `uri` (at `path`) in bytes."""
+        if self._ranged is not None:
+            return self._ranged.object_size(uri)
+        return os.stat(path).st_size
+
+    def _source(self, uri: str, path: str) -> Any:
+        """What pyarrow opens: the local path, or a file object over `S3Storage.read_range`."""
+        if self._ranged is None:
+            return path
+        return pa.PythonFile(_RangedFile(self._ranged, uri), mode="r")
+
+    def _prefetch(
+        self, uri: str, metadata: pq.FileMetaData, groups: Iterable[int], columns: Sequence[str]
+    ) -> None:
+        """For a ranged lake, fetch the column chunks pyarrow is about to read, coalesced."""
+        if self._ranged is None:
+            return
+        wanted = set(columns)
+        spans = []
+        for group in groups:
+            chunk = metadata.row_group(group)
+            for j in range(chunk.num_columns):
+                column = chunk.column(j)
+                if column.path_in_schema.split(".", 1)[0] in wanted:
+                    start = int(column.data_page_offset)
+                    if column.has_dictionary_page and column.dictionary_page_offset is not None:
+                        start = min(start, int(column.dictionary_page_offset))
+                    spans.append((start, int(column.total_compressed_size)))
+        self._ranged.prefetch(uri, spans)
 
     def footer(self, uri: str, path: str, *, keep: bool) -> pq.FileMetaData:
         """The parsed footer of `uri` (at local `path`): the cached one, or parsed and counted;
@@ -169,8 +210,11 @@ class RowGroupReader:
     ) -> pa.Table:
         """`columns` of every row group of the file (small columns only: a chunk index build),
         counting their compressed column chunks."""
-        parquet = pq.ParquetFile(path, metadata=metadata, page_checksum_verification=True)
         try:
+            self._prefetch(uri, metadata, range(metadata.num_row_groups), columns)
+            parquet = pq.ParquetFile(
+                self._source(uri, path), metadata=metadata, page_checksum_verification=True
+            )
             rows: pa.Table = parquet.read(columns=list(columns), use_threads=False)
         except (OSError, pa.ArrowException, EOFError) as err:
             where: dict[str, object] = {"table": table_of(uri), "file": uri, "column": ",".join(columns)}
@@ -187,7 +231,10 @@ class RowGroupReader:
         Raises:
             PiLoaderError: the file ends before offset + size.
         """
-        data = file_handles.pread(path, offset, size)
+        if self._ranged is not None:
+            data = self._ranged.read_range(uri, offset, size)
+        else:
+            data = file_handles.pread(path, offset, size)
         with self._lock:
             self.bytes_read += size
         if len(data) != size:
@@ -205,7 +252,7 @@ class RowGroupReader:
         if metadata is not None:
             return metadata
         try:
-            metadata = pq.read_metadata(path)
+            metadata = self._read_footer(uri) if self._ranged is not None else pq.read_metadata(path)
         except FileNotFoundError:
             raise
         except (OSError, pa.ArrowException, EOFError) as err:  # a damaged or truncated footer
@@ -217,6 +264,55 @@ class RowGroupReader:
             if keep:
                 self._footers.put(uri, metadata, weight=size * PARSED_FOOTER_FACTOR)
         return metadata
+
+    def _read_footer(self, uri: str) -> pq.FileMetaData:
+        """The footer of a ranged (s3://) file: its 8-byte tail, then the footer, two ranged
+        reads of exactly those bytes (pyarrow's own open reads 64 kB from the end)."""
+        assert self._ranged is not None
+        size = self._ranged.object_size(uri)
+        if size < 12:
+            raise OSError(f"Parquet file size is {size} bytes, smaller than the minimum file footer")
+        tail = self._ranged.read_range(uri, size - _FOOTER_TAIL_BYTES, _FOOTER_TAIL_BYTES)
+        length = int.from_bytes(tail[:4], "little")
+        if len(tail) != _FOOTER_TAIL_BYTES or tail[4:] != b"PAR1" or not 0 < length <= size - 12:
+            raise OSError(
+                f"Parquet magic bytes not found in footer, or a footer length {length} that does "
+                f"not fit the file ({size} bytes): corrupted file"
+            )
+        footer = self._ranged.read_range(uri, size - _FOOTER_TAIL_BYTES - length, length)
+        # parsed from the footer alone: its offsets are absolute, reads go to the real file
+        return pq.read_metadata(pa.BufferReader(b"PAR1" + footer + tail))
+
+
+class _RangedFile(io.RawIOBase):
+    """A read-only file object over `S3Storage.read_range`, for pyarrow (`pa.PythonFile`)."""
+
+    def __init__(self, storage: S3Storage, uri: str) -> None:
+        super().__init__()
+        self._storage, self._uri = storage, uri
+        self._size = storage.object_size(uri)
+        self._pos = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self._size}[whence]
+        self._pos = max(0, base + offset)
+        return self._pos
+
+    def read(self, size: int = -1) -> bytes:
+        left = max(0, self._size - self._pos)
+        size = left if size is None or size < 0 else min(size, left)
+        data = self._storage.read_range(self._uri, self._pos, size) if size else b""
+        self._pos += len(data)
+        return data
 
 
 def _column_bytes(metadata: pq.FileMetaData, groups: Iterable[int], columns: Sequence[str]) -> int:

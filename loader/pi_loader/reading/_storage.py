@@ -16,12 +16,14 @@ from __future__ import annotations
 
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
 from urllib.parse import urlsplit
 
 from pi_loader.reading._cache import CacheConfig, DiskCache, StorageError
+from pi_loader.reading._ranges import RangeCache
 from pi_loader.reading._retry import (
     PermanentStorageError,
     RetryConfig,
@@ -48,6 +50,8 @@ __all__ = [
 _S3_SCHEMES = ("s3", "s3a")
 # Download in pieces of this size: large enough for S3 throughput, small enough for memory.
 _DOWNLOAD_PIECE_BYTES = 8 * 2**20
+# Objects a process keeps open for ranged GETs (an open costs a HEAD request).
+_OPEN_OBJECTS = 64
 # A body shorter than the object's size is fetched again this many times, then refused: a cut
 # connection heals on a retry, a store that keeps serving the wrong length does not.
 _SHORT_BODY_TRIES = 3
@@ -126,6 +130,9 @@ class S3Storage:
         self._fs: Any = None
         self._fs_pid = -1
         self._fs_lock = threading.Lock()
+        self._ranges = RangeCache(self._cache)
+        self._handles: OrderedDict[str, Any] = OrderedDict()  # path -> open pyarrow file, this pid
+        self._handles_pid = -1
 
     def __getstate__(self) -> dict[str, object]:
         return {"options": self._options, "cache": self._cache, "retry": self._retry}
@@ -188,6 +195,111 @@ class S3Storage:
             fetch=lambda out: self._download(uri, path, out, sized[-1]),
             suffix=suffix,
         )
+
+    def _key(self, uri: str) -> tuple[str, str, str]:
+        """(object path, cache key, suffix) of `uri`; the key is `_ranges`' (and the whole
+        file's): the endpoint is part of it, the same bucket/key on two stores are two objects."""
+        path = self._object_path(uri)
+        suffix = os.path.splitext(path.rsplit("/", 1)[-1])[1]
+        return path, f"{self._options.endpoint_url or 'aws'}\n{uri}", suffix
+
+    def read_range(self, uri: str, offset: int, size: int) -> bytes:
+        """Bytes [offset, offset + size) of `uri` (fewer past the object's end, as `os.pread`),
+        from this host's cache or one ranged GET (kept in the cache: `_ranges`).
+
+        Raises:
+            ValueError: a negative offset or size, or not an s3:// URI.
+            StorageError: the store refused or failed past the retry deadline, or the range is
+                larger than the whole cache.
+        """
+        if isinstance(offset, bool) or isinstance(size, bool) or offset < 0 or size < 0:
+            raise ValueError(f"a byte range needs offset >= 0 and size >= 0, got {offset}, {size}")
+        if size > self._cache.config.max_size_bytes:
+            raise StorageError(
+                f"reading {size} bytes of {uri} at {offset}: larger than the whole cache (max_size_bytes="
+                f"{self._cache.config.max_size_bytes}); the file's footer or index asks for a range no "
+                "lake file holds (damaged?), or the cache is too small"
+            )
+        path, key, suffix = self._key(uri)
+        return self._ranges.read(key, suffix, offset, size, lambda o, n: self._fetch_range(uri, path, o, n))
+
+    def prefetch(self, uri: str, spans: list[tuple[int, int]]) -> None:
+        """Fetch the (offset, size) `spans` of `uri` that are not cached, nearby ones in one
+        request (`_ranges.coalesce`), so the reads of them that follow are hits."""
+        path, key, suffix = self._key(uri)
+        self._ranges.prefetch(key, suffix, spans, lambda o, n: self._fetch_range(uri, path, o, n))
+
+    def object_size(self, uri: str) -> int:
+        """The size of `uri` in bytes (a HEAD request the first time this host asks)."""
+        path, key, _ = self._key(uri)
+        return self._ranges.object_size(key, lambda: self._size_bytes(uri, path))
+
+    def _handle(self, path: str, uri: str) -> Any:
+        """An open pyarrow input file of `path` (its open is a HEAD request), kept per process."""
+        if self._handles_pid != os.getpid():
+            self._handles = OrderedDict()
+            self._handles_pid = os.getpid()
+        with self._fs_lock:
+            handle = self._handles.get(path)
+            if handle is not None:
+                self._handles.move_to_end(path)
+                return handle
+        handle = self._filesystem().open_input_file(path)
+        with self._fs_lock:
+            self._handles[path] = handle
+            while len(self._handles) > _OPEN_OBJECTS:
+                self._handles.popitem(last=False)
+        return handle
+
+    def _fetch_range(self, uri: str, path: str, offset: int, size: int) -> bytes:
+        """One ranged GET with retries; a body shorter than asked (and than the object holds) is
+        fetched again a few times, then refused."""
+        short: list[int] = []
+
+        def attempt() -> bytes:
+            try:
+                handle = self._handle(path, uri)
+                want = max(0, min(size, int(handle.size()) - offset))
+                data = bytes(handle.read_at(want, offset)) if want else b""
+            except FileNotFoundError:
+                raise
+            except OSError:
+                with self._fs_lock:
+                    self._handles.pop(path, None)  # a failed connection is not reused
+                raise
+            if len(data) != want:
+                short.append(len(data))
+                raise _ShortBody(len(data))
+            return data
+
+        def transient(err: BaseException) -> bool:
+            if isinstance(err, _ShortBody):
+                return len(short) < _SHORT_BODY_TRIES
+            return self._transient(err)
+
+        try:
+            data: bytes = retrying(
+                attempt,
+                what=f"read bytes {offset}..{offset + size} of {uri}",
+                endpoint=self._options.endpoint,
+                config=self._retry,
+                is_transient=transient,
+                message=lambda err: self._scrub(clean(str(err))),
+            )
+        except _ShortBody as err:
+            raise PermanentStorageError(
+                f"reading bytes {offset}..{offset + size} of {uri} from {self._options.endpoint}: got "
+                f"{err.args[0]} bytes, {len(short)} times; refused (the store cuts the body short or the "
+                "object changed, and Delta data files never change: check the store's health)"
+            ) from None
+        except FileNotFoundError as err:
+            raise RemoteFileNotFoundError(
+                f"{uri} is not a file on {self._options.endpoint} ({self._scrub(clean(str(err)))}); "
+                "was it vacuumed after the dataset's Delta version was pinned?"
+            ) from None
+        except OSError as err:
+            raise self._refused(f"reading {uri}", err) from None
+        return data
 
     def stats(self) -> Any:
         """The cache's `CacheStats` for this process."""
