@@ -153,7 +153,15 @@ class NvdecDecoder:
                 decoded.extend(decoder.Decode(packet))
                 if len(decoded) > packets.output_index:
                     break
+            if len(decoded) <= packets.output_index:
+                # The frame is still held (a parser that waits for the next start code): an empty
+                # packet ends the stream and drains it; a drained decoder is not reused.
+                self._decoders.pop((width, height), None)
+                end = self._nvc.PacketData()
+                end.bsl, end.bsl_data = 0, 0
+                decoded.extend(decoder.Decode(end))
         except Exception as err:
+            self._decoders.pop((width, height), None)  # its state is unknown after an error
             raise PiLoaderError(
                 f"NVDEC could not decode frame {index} of a {len(data)}-byte chunk: {err}"
             ) from err
