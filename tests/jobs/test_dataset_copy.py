@@ -202,7 +202,12 @@ def test_stage_fills_the_cache_so_a_loader_fetches_no_remote_byte(
     cache = tmp_path / "nvme"
     options = StageOptions(workers=0)  # in-process: no worker processes to spawn
     report = stage_dataset(remote, "pick-v1", str(cache), options=options, show_progress=False)
-    assert (report["samples"], report["episodes"]) == (32, 4)
+    assert (report["samples"], report["episodes"], report["files"]) == (32, 4, 4)  # 2 steps + 2 video files
+    local = LakeLayout(source.root)
+    sizes = [
+        p.stat().st_size for t in ("steps", "video") for p in Path(local.table(t)).glob("part-*.parquet")
+    ]
+    assert report["bytes"] == sum(sizes)  # the files' bytes, whole: nothing decoded, nothing else
     _, samples, warm = _samples(remote, "pick-v1", cache)
     stats = warm._storage.stats()  # type: ignore[attr-defined]
     assert (stats.misses, stats.downloaded_bytes) == (0, 0) and stats.hits > 0

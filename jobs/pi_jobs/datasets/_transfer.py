@@ -1,10 +1,15 @@
 """Moving one lake file, verified (architecture decisions 10 and 14).
 
 The bytes read from the source are checked before they are written: their length against the
-source's Delta log, every page's CRC (`pi_format.lake.integrity.check_parquet_file`, the
-machinery `pilake verify` uses; headers and CRCs, no decoding) and a sha256 taken of them. The
-bytes written are read back and must have the same sha256. A fault re-fetches once; a second
-fault fails the copy naming the file. A file the destination already holds with the source's
+source's Delta log, the footer and every page's CRC (`_pages.check_pages`: the lake's page
+shape walked in C-backed code, anything else by `pi_format.lake.check_parquet_file`, the
+machinery `pilake verify` uses), and a sha256 is taken of them at the source (the manifest
+records it). After the writes, the destination's listing must show every file at the source's
+size; with `readback` every written file is also read back and must have the source's sha256
+(twice the traffic: the page CRCs and the source digest already hold the bytes that were sent).
+A fault re-fetches once; a second fault fails the copy naming the file. The Delta add action's
+row count and statistics come from the source's log (`FileJob.num_rows`, `stats_json`), so a
+file is parsed once, by the check. A file the destination already holds with the source's
 size (a copy killed after writing it, before its manifest entry) is checked in place, by its
 page CRCs, and kept without being sent again.
 """
@@ -21,6 +26,7 @@ from dataclasses import dataclass, field
 import pyarrow as pa
 
 from pi_jobs.datasets._manifest import CopyManifest, DoneFile
+from pi_jobs.datasets._pages import check_pages
 from pi_jobs.datasets._progress import Progress
 from pi_jobs.datasets._stores import LakeStore
 from pi_jobs.errors import PiJobsError
@@ -53,6 +59,9 @@ class FileJob:
     relative: str
     size: int
     require_crc: bool  # its table records page CRCs in every file: a page without one is a fault
+    # the source's Delta add action (row count, statistics JSON); -1/"": taken from the bytes
+    num_rows: int = -1
+    stats_json: str = ""
 
 
 def _sha256(data: bytes) -> str:
@@ -61,13 +70,7 @@ def _sha256(data: bytes) -> str:
 
 def _check_pages(data: bytes, require_crc: bool) -> str:
     """'' when every page of the Parquet file `data` has a matching CRC, else what is wrong."""
-    from pi_format.lake import check_parquet_file
-
-    check = check_parquet_file(pa.BufferReader(data), require_crc=require_crc, decode=False)
-    if not check.faults:
-        return ""
-    first = check.faults[0]
-    return f"{len(check.faults)} page fault(s), first: {first.as_dict()}"
+    return check_pages(data, require_crc=require_crc)
 
 
 def _facts(data: bytes) -> tuple[int, str]:
@@ -79,6 +82,12 @@ def _facts(data: bytes) -> tuple[int, str]:
     names = [c for c in DATA_SKIPPING_COLUMNS if c in reader.schema_arrow.names]
     columns = reader.read(columns=names) if names else pa.table({"_": pa.nulls(reader.metadata.num_rows)})
     return int(reader.metadata.num_rows), _delta_stats(columns)
+
+
+def _job_facts(job: FileJob, data: bytes) -> tuple[int, str]:
+    if job.num_rows >= 0 and job.stats_json:
+        return job.num_rows, job.stats_json
+    return _facts(data)
 
 
 class Transfers:
@@ -97,6 +106,7 @@ class Transfers:
         *,
         workers: int,
         part_bytes: int,
+        readback: bool = False,
     ) -> None:
         self.source = source
         self.dest = dest
@@ -104,6 +114,7 @@ class Transfers:
         self.progress = progress
         self.workers = workers
         self.part_bytes = part_bytes
+        self.readback = readback
         self.counts = TransferCounts()
         self._present: dict[str, int] = {}
         raw = os.environ.get(KILL_AFTER_FILES_ENV, "")
@@ -122,7 +133,7 @@ class Transfers:
             ThreadPoolExecutor(self.workers, thread_name_prefix="copy") as pool,
             ThreadPoolExecutor(self.workers, thread_name_prefix="copy-part") as parts,
         ):
-            futures = {job.relative: pool.submit(self._one, job, parts) for job in jobs}
+            futures = {job.relative: pool.submit(self.one, job, parts) for job in jobs}
             try:
                 for relative, future in futures.items():
                     out[relative] = future.result()
@@ -132,13 +143,34 @@ class Transfers:
                 raise
             finally:
                 self.manifest.flush()
+        self._check_landed(jobs)
         return out
+
+    def _check_landed(self, jobs: list[FileJob]) -> None:
+        """Every file is at the destination with the source's size (one listing per directory)."""
+        if not jobs:
+            return
+        there = self.dest.listing(sorted({job.relative.split("/", 1)[0] for job in jobs}))
+        for job in jobs:
+            if there.get(job.relative) != job.size:
+                raise CopyError(
+                    f"{self.dest.uri(job.relative)} was written but the destination lists it with "
+                    f"{there.get(job.relative)} bytes, not the source's {job.size}; nothing of the pin was "
+                    "committed there: run the same command again"
+                )
 
     def _advance(self, n: int) -> None:
         if self.progress is not None:
             self.progress.advance(n)
 
-    def _one(self, job: FileJob, parts: ThreadPoolExecutor) -> DoneFile:
+    def one(self, job: FileJob, parts: ThreadPoolExecutor | None = None) -> DoneFile:
+        """Bring one file over (the per-file seam a distributed copy calls): skipped when the
+        manifest and the destination's listing say it is there, checked in place when the
+        destination holds a file of its size, else sent.
+
+        Raises:
+            CopyError: the file failed its checks twice, or cannot be read or written.
+        """
         done = self.manifest.done.get(job.relative)
         present = self._present.get(job.relative)
         if done is not None and done.size == job.size and present == job.size:
@@ -161,18 +193,17 @@ class Transfers:
         self._advance(job.size)
         return done
 
-    def _check_in_place(self, job: FileJob, parts: ThreadPoolExecutor) -> DoneFile | None:
+    def _check_in_place(self, job: FileJob, parts: ThreadPoolExecutor | None) -> DoneFile | None:
         data = self.dest.read(job.relative, part_bytes=self.part_bytes, parts=parts)
         if len(data) != job.size or _check_pages(data, job.require_crc):
             return None  # not the source's file (or damaged): send it again
-        rows, stats = _facts(data)
-        done = DoneFile(job.size, _sha256(data), rows, stats)
+        done = DoneFile(job.size, _sha256(data), *_job_facts(job, data))
         self.manifest.add(job.relative, done)
         with self.counts.lock:
             self.counts.found += 1
         return done
 
-    def _send(self, job: FileJob, parts: ThreadPoolExecutor) -> DoneFile:
+    def _send(self, job: FileJob, parts: ThreadPoolExecutor | None) -> DoneFile:
         problem = ""
         for attempt in range(2):
             if attempt:
@@ -187,14 +218,12 @@ class Transfers:
                 continue
             digest = _sha256(data)
             self.dest.write(job.relative, data)
-            back = self.dest.read(job.relative, part_bytes=self.part_bytes, parts=parts)
-            if _sha256(back) != digest:
-                problem = (
-                    f"the {len(back)} bytes read back from the destination differ from the {len(data)} sent"
-                )
-                continue
-            rows, stats = _facts(data)
-            done = DoneFile(job.size, digest, rows, stats)
+            if self.readback:
+                back = self.dest.read(job.relative, part_bytes=self.part_bytes, parts=parts)
+                if _sha256(back) != digest:
+                    problem = f"the {len(back)} bytes read back differ from the {len(data)} sent"
+                    continue
+            done = DoneFile(job.size, digest, *_job_facts(job, data))
             self.manifest.add(job.relative, done)
             self._sent(job.size)
             return done

@@ -53,6 +53,10 @@ class CopyOptions:
     # Objects larger than this are read in ranged parts of this size, in parallel (and S3
     # uploads go in multipart pieces); 64 MiB keeps the part count of a 1 GiB file at 16.
     part_mib: int = 64
+    # Read every written file back and compare its sha256 with the source's: twice the traffic.
+    # Off: the bytes sent were checked at the source (page CRCs, sha256) and the destination's
+    # listing must show every file at its size before anything commits.
+    readback: bool = False
     # Seconds between rewrites of the copy manifest: what a kill can lose of it (the files it
     # loses are found at the destination again and checked, not re-sent).
     manifest_flush_s: float = 2.0
@@ -64,6 +68,8 @@ class CopyOptions:
         ):
             if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
                 raise ValueError(f"{name} must be an integer in [{low}, {high}], got {value!r}")
+        if not isinstance(self.readback, bool):
+            raise ValueError(f"readback must be True or False, got {self.readback!r}")
         if not 0 <= self.manifest_flush_s <= 3600:
             raise ValueError(f"manifest_flush_s must be in [0, 3600] seconds, got {self.manifest_flush_s!r}")
 
@@ -97,25 +103,53 @@ def _check_locator(name: str, path: str) -> str:
     return path
 
 
+def _source_facts(table: Any) -> dict[str, tuple[int, int, str]]:
+    """Path -> (size, rows, add-action statistics JSON) of every file of the source table's
+    snapshot, from its Delta log: the copy commits the same facts without parsing the files."""
+    import json
+
+    import pyarrow as pa
+    from pi_format.lake._files import DATA_SKIPPING_COLUMNS
+
+    actions = pa.table(table.get_add_actions(flatten=True)).to_pylist()
+    out: dict[str, tuple[int, int, str]] = {}
+    for action in actions:
+        rows = action.get("num_records")
+        names = [c for c in DATA_SKIPPING_COLUMNS if f"min.{c}" in action]
+        stats = ""
+        if rows is not None:
+            stats = json.dumps(
+                {
+                    "numRecords": int(rows),
+                    "minValues": {c: action[f"min.{c}"] for c in names},
+                    "maxValues": {c: action[f"max.{c}"] for c in names},
+                    "nullCount": {c: action[f"null_count.{c}"] for c in names},
+                },
+                separators=(",", ":"),
+            )
+        out[str(action["path"])] = (int(action["size_bytes"]), -1 if rows is None else int(rows), stats)
+    return out
+
+
 def _plan(source: LakeLayout, rows: Any) -> list[FileJob]:
-    """The steps and video files the pinned rows locate, with their sizes from the source's log."""
+    """The steps and video files the pinned rows locate, with their sizes, row counts and
+    statistics from the source's log."""
     from deltalake import DeltaTable
     from pi_format.lake import checksums_required
-    from pi_format.lake._commit import file_sizes
 
     jobs: list[FileJob] = []
     for name in _FILE_TABLES:
         table = DeltaTable(source.table(name))
-        sizes = file_sizes(table)
+        facts = _source_facts(table)
         required = checksums_required(table.metadata().description)
         for path in sorted({p for p in rows.column(_LOCATORS[name]).to_pylist() if p is not None}):
-            size = sizes.get(_check_locator(name, path))
-            if size is None:
+            fact = facts.get(_check_locator(name, path))
+            if fact is None:
                 raise CopyError(
                     f"{source.table(name)}/{path}, which pinned episodes rows locate, is not in the "
                     f"{name} table's Delta log; the source lake is damaged (`pilake verify`)"
                 )
-            jobs.append(FileJob(f"{name}/{path}", size, required))
+            jobs.append(FileJob(f"{name}/{path}", fact[0], required, fact[1], fact[2]))
     return jobs
 
 
@@ -200,7 +234,13 @@ def copy_dataset(
     if show_progress:
         bar = Progress(f"copy {name}", total=sum(j.size for j in to_send), out=progress_out)
     transfers = Transfers(
-        source_store, dest_store, manifest, bar, workers=options.workers, part_bytes=options.part_mib * 2**20
+        source_store,
+        dest_store,
+        manifest,
+        bar,
+        workers=options.workers,
+        part_bytes=options.part_mib * 2**20,
+        readback=options.readback,
     )
     done = transfers.run(to_send)
     if bar is not None:

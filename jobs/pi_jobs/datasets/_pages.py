@@ -1,0 +1,107 @@
+"""The page-CRC check of a copied file, fast enough to keep up with the wire.
+
+`pi_format.lake.check_parquet_file(decode=False)` walks each column chunk's pages with a Thrift
+parser written in Python: ~20 us a page, 0.26 s for a 17 MB video file of 1,080 one-row row
+groups (12,960 pages), holding the GIL, so sixteen transfers in flight queued behind it and a
+copy ran at 0.4 of a plain copy. Here each column chunk the footer lists is walked page by
+page with the header shape pyarrow writes for the lake's pages (a v1 data page
+without statistics, with its CRC) matched by one compiled regular expression (in C), and each
+page's CRC taken by zlib: ~3 us a page.
+
+Anything else (another header shape, a page that runs past its column chunk, a CRC mismatch,
+a page without a CRC) is handed to `check_parquet_file`, which is
+authoritative: it names the fault, or finds the file intact. The footer is parsed either way
+(pyarrow), so a file whose footer does not read fails too.
+
+Example:
+    >>> check_pages(data, require_crc=True)
+    ''
+"""
+
+from __future__ import annotations
+
+import re
+import zlib
+
+import pyarrow as pa
+
+_VARINT = rb"([\x80-\xff]{0,4}[\x00-\x7f])"
+# fields 1-3 (type, uncompressed size, compressed size), 4 (crc), then 5 (data_page_header:
+# num_values, encoding, definition and repetition level encodings), an empty statistics struct
+# or none, STOP of the data page header, STOP of the page header
+_PLAIN_WITH_CRC = re.compile(
+    rb"\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x1c"
+    rb"\x15[\x80-\xff]{0,4}[\x00-\x7f]\x15[\x80-\xff]{0,4}[\x00-\x7f]"
+    rb"\x15[\x80-\xff]{0,4}[\x00-\x7f]\x15[\x80-\xff]{0,4}[\x00-\x7f](?:\x1c\x00)?\x00\x00",
+    re.DOTALL,
+)
+
+
+def _zigzag(raw: bytes) -> int:
+    value, shift = 0, 0
+    for b in raw:
+        value |= (b & 0x7F) << shift
+        shift += 7
+    return (value >> 1) ^ -(value & 1)
+
+
+def _chunks(metadata: object) -> list[tuple[int, int]]:
+    """(first byte, length) of every column chunk, from the footer."""
+    out = []
+    md = metadata
+    for i in range(md.num_row_groups):  # type: ignore[attr-defined]
+        group = md.row_group(i)  # type: ignore[attr-defined]
+        for c in range(group.num_columns):
+            column = group.column(c)
+            first = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
+            out.append((int(first), int(column.total_compressed_size)))
+    return out
+
+
+def _fast_walk(data: bytes, metadata: object) -> bool:
+    """True when every column chunk the footer lists is a run of pages of the plain shape whose
+    CRCs match; False for anything else (the slow check then decides)."""
+    view = memoryview(data)
+    match = _PLAIN_WITH_CRC.match
+    crc32 = zlib.crc32
+    size = len(data)
+    for first, length in _chunks(metadata):
+        pos, end = first, first + length
+        if first < 4 or length <= 0 or end > size:
+            return False
+        while pos < end:
+            found = match(data, pos, end)
+            if found is None:
+                return False
+            body = found.end()
+            stop = body + _zigzag(found.group(3))
+            if stop > end or stop < body:
+                return False
+            if crc32(view[body:stop]) != _zigzag(found.group(4)) & 0xFFFFFFFF:
+                return False
+            pos = stop
+    return True
+
+
+def check_pages(data: bytes, *, require_crc: bool) -> str:
+    """'' when the Parquet file `data` has an intact footer and every page a matching CRC, else
+    what is wrong (a page without a CRC is a fault when `require_crc`).
+
+    Example:
+        >>> check_pages(b"PAR1 not a parquet file", require_crc=True)
+        'footer does not parse: ...'
+    """
+    import pyarrow.parquet as pq
+
+    try:
+        metadata = pq.ParquetFile(pa.BufferReader(data)).metadata  # the footer parses
+    except (pa.ArrowException, OSError) as err:
+        return f"footer does not parse: {err}"
+    if _fast_walk(data, metadata):
+        return ""
+    from pi_format.lake import check_parquet_file
+
+    check = check_parquet_file(pa.BufferReader(data), require_crc=require_crc, decode=False)
+    if not check.faults:
+        return ""
+    return f"{len(check.faults)} page fault(s), first: {check.faults[0].as_dict()}"
