@@ -1,5 +1,8 @@
 """A pinned open served by this host's `OpenCache`: at the tables' latest versions when the store
-answers a listing, or the newest copy when it does not (the store is down).
+answers a listing, or the newest copy when it does not (the store is down). An unpinned open
+(SQL, ids, or the whole lake at its latest versions) is served from it too when the tables'
+latest versions (and the deletions table's) are those it was saved at: no Delta log is loaded
+and no episodes row is read (`latest_open_key`, `cached_latest_open`).
 
 Example:
     >>> entry = cached_open(layout, storage, snapshot, OpenCache(index_dir / "opens"))
@@ -7,7 +10,9 @@ Example:
 
 from __future__ import annotations
 
+import hashlib
 import logging
+from collections.abc import Sequence
 
 from pi_format import LakeLayout
 
@@ -18,7 +23,7 @@ from pi_loader.reading._retry import StoreUnreachableError
 from pi_loader.reading._storage import Storage
 from pi_loader.selection._snapshot import Snapshot
 
-__all__ = ["cached_open"]
+__all__ = ["cached_latest_open", "cached_open", "latest_open_key"]
 
 _log = logging.getLogger("pi_loader")
 
@@ -54,4 +59,39 @@ def cached_open(layout: LakeLayout, storage: Storage, pinned: Snapshot, opens: O
         count("open_cache_hits")
     else:
         add_log_bytes(log_bytes)  # what the full open is about to load
+    return entry
+
+
+def latest_open_key(
+    layout: LakeLayout, storage: Storage, ids: Sequence[str] | None
+) -> tuple[str, dict[str, int], int] | None:
+    """(fingerprint, versions of READ_TABLES, bytes a full log load would read) of an unpinned
+    open of `ids` (None: every visible episode) at the lake's latest versions, from listings of
+    the tables' `_delta_log/` (no log bytes); None when the logs cannot be listed (the full
+    open then says why). The fingerprint covers the selection and the deletions table's version
+    (deleting an episode changes what an unpinned open sees)."""
+    try:
+        versions, log_bytes = latest_versions(layout, storage, READ_TABLES)
+    except (OSError, ValueError):
+        return None
+    try:
+        deletions = latest_versions(layout, storage, ("deletions",))[0]["deletions"]
+    except (FileNotFoundError, ValueError):
+        deletions = -1  # a lake older than deletions: none
+    except OSError:
+        return None
+    digest = hashlib.sha256(f"unpinned\n{deletions}\n".encode())
+    digest.update(b"*" if ids is None else "\x1f".join(sorted(ids)).encode())
+    return digest.hexdigest()[:40], versions, log_bytes
+
+
+def cached_latest_open(opens: OpenCache, key: tuple[str, dict[str, int], int]) -> OpenEntry | None:
+    """The cached rows of an unpinned open with `key` (`latest_open_key`), or None (counted as
+    the log bytes the full open is about to load)."""
+    fingerprint, versions, log_bytes = key
+    entry = opens.load(fingerprint, versions)
+    if entry is not None:
+        count("open_cache_hits")
+    else:
+        add_log_bytes(log_bytes)
     return entry

@@ -28,7 +28,7 @@ from pi_loader.reading._damage import Unreadable
 from pi_loader.reading._lake import read_committed_episodes, resolve_tables
 from pi_loader.reading._open_cache import OpenCache
 from pi_loader.reading._storage import Storage
-from pi_loader.selection._offline import cached_open
+from pi_loader.selection._offline import cached_latest_open, cached_open, latest_open_key
 from pi_loader.selection._pin_cache import lookup_pin
 from pi_loader.selection._snapshot import Snapshot
 
@@ -201,6 +201,14 @@ def select_episodes(
             return _selection(
                 cached.rows, dataclasses.replace(pinned, lake_root=layout.root), [], set(cached.checksummed)
             )
+    latest = None
+    if pinned is None and rows_directory is not None:  # an unpinned open at unchanged versions
+        latest = latest_open_key(layout, storage, ids)
+        cached = (
+            None if latest is None else cached_latest_open(OpenCache(rows_directory.parent / "opens"), latest)
+        )
+        if cached is not None:
+            return _latest_selection(layout, cached.rows, cached.versions, cached.checksummed, sql)
     episodes, versions = resolve_tables(layout, None, storage_options, unreadable, checksummed, retry)
     if pinned is not None:
         rows = read_committed_episodes(
@@ -243,6 +251,8 @@ def select_episodes(
             + damage
         )
     attempts = rows.column("attempt_id").to_pylist()
+    if latest is not None and rows_directory is not None and not unreadable and versions == latest[1]:
+        OpenCache(rows_directory.parent / "opens").save(latest[0], versions, rows, sorted(checksummed))
     # A reopened snapshot keeps its identity (its recorded versions and time): its fingerprint,
     # and so the sample order and any saved loader state, stay valid after compaction and GC.
     if pinned is not None:
@@ -258,6 +268,24 @@ def select_episodes(
         ),
         unreadable,
         checksummed,
+    )
+
+
+def _latest_selection(
+    layout: LakeLayout, rows: pa.Table, versions: dict[str, int], checksummed: frozenset[str], sql: str | None
+) -> Selection:
+    """The Selection of a cached unpinned open (`_offline.cached_latest_open`)."""
+    return _selection(
+        rows,
+        Snapshot(
+            lake_root=layout.root,
+            table_versions=dict(versions),
+            episode_ids=tuple(str(e) for e in rows.column("episode_id").to_pylist()),
+            attempt_ids=tuple(str(a) for a in rows.column("attempt_id").to_pylist()),
+            sql=sql,
+        ),
+        [],
+        set(checksummed),
     )
 
 
