@@ -133,16 +133,27 @@ def _cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
 
 
 def _cmd_copy(settings: Settings, args: argparse.Namespace) -> int:
-    from pi_jobs.datasets import CopyOptions, copy_dataset
+    from pi_jobs.datasets import CopyOptions, CopyReport, copy_dataset
 
-    report = copy_dataset(
-        settings.lake_root,
-        args.name,
-        args.dest,
-        options=CopyOptions(workers=args.workers, part_mib=args.part_mib),
-        dest_catalog=args.dest_catalog,
-        show_progress=not args.quiet,
-    )
+    options = CopyOptions(workers=args.workers, part_mib=args.part_mib)
+    if args.flink or args.cluster:  # a PyFlink batch job (pi_jobs.datasets._flink_copy)
+        from pi_jobs.datasets._flink_copy import FlinkCopyOptions, copy_dataset_flink
+
+        where = settings.flink_dir / "copy"
+        flink = FlinkCopyOptions(args.parallelism, cluster=args.cluster or "", work_dir=where)
+        report: CopyReport = copy_dataset_flink(
+            settings.lake_root, args.name, args.dest, options=options, flink=flink,
+            dest_catalog=args.dest_catalog, show_progress=not args.quiet,
+        )  # fmt: skip
+    else:
+        report = copy_dataset(
+            settings.lake_root,
+            args.name,
+            args.dest,
+            options=options,
+            dest_catalog=args.dest_catalog,
+            show_progress=not args.quiet,
+        )
     if args.json:
         print(json.dumps(report.as_dict(), indent=2))
         return 0
@@ -208,6 +219,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--part-mib", type=int, default=64, help="objects larger than this move in parts")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true")
+    c.add_argument("--flink", action="store_true", help="run the copy as a PyFlink batch job (mini-cluster)")
+    c.add_argument("--parallelism", type=int, default=2, help="with --flink: subtasks, the file list split")
+    c.add_argument("--cluster", metavar="URL", default=None, help="run the job on this Flink session cluster")
     c.set_defaults(func=_cmd_copy)
     c = dsub.add_parser("stage", help="fill a training host's loader cache with a pin's data")
     c.add_argument("name")

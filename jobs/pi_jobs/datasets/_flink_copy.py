@@ -1,0 +1,441 @@
+"""`pilake dataset copy PIN DEST --flink`: the copy as a PyFlink batch job across TaskManagers.
+
+The driver (this module) plans as the single-process copy does (`pi_jobs.datasets.copy`: the
+files the pin's rows locate, less those the destination's Delta log already holds), splits the
+file list into `parallelism x shares_per_subtask` shares of about equal bytes, and runs the job of
+`pi_jobs.datasets._flink_copy_job` on the local mini-cluster or on a session cluster (`--cluster
+URL`, submitted with `flink run` as `pilake stream --cluster` does). Each subtask moves and
+verifies its shares and writes a share report at the destination. Only when every share of the
+run reported every one of its files verified does the driver commit, in the lake's order (SPEC.md
+§7.7, through `pi_format.lake`): the steps and video files, the annotations and deletions, the
+episodes rows, the catalog, and the pin LAST after its rows were read back with its content hash.
+
+A subtask or TaskManager killed mid-copy: Flink restarts it (`restart_attempts`), else the job
+fails and nothing is committed (no pin shows). The rerun finds every finished file at the
+destination (its share manifest, else the file itself, checked by its page CRCs) and sends none
+of them again.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+import uuid
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any, TextIO
+
+from pi_format import LakeLayout
+
+from pi_jobs.datasets._flink_copy_job import ShareSettings, flink_dir, share_item, share_report_path
+from pi_jobs.datasets._manifest import DoneFile
+from pi_jobs.datasets._progress import Progress
+from pi_jobs.datasets._rows import commit_rows, extra_rows, missing_pairs, source_rows
+from pi_jobs.datasets._stores import LakeStore
+from pi_jobs.datasets._transfer import CopyError, FileJob
+from pi_jobs.datasets.copy import (
+    _FILE_TABLES,
+    CopyOptions,
+    CopyReport,
+    _check_ends,
+    _plan,
+    _record_catalog,
+)
+
+_REPORT_NAME = re.compile(r"share-(\d{5})\.json")
+_LAUNCHER = (
+    '"""Written by pi_jobs.datasets._flink_copy: `flink run -py` runs this with a config file."""\n'
+    "import sys\n\n"
+    "from pi_jobs.datasets._flink_copy_job import run_submitted\n\n"
+    "run_submitted(sys.argv[1])\n"
+)
+
+
+@dataclass(frozen=True, slots=True)
+class FlinkCopyOptions:
+    """Where and how wide the copy job runs.
+
+    Example:
+        >>> FlinkCopyOptions(parallelism=8, cluster="http://flink-jobmanager:8081")
+    """
+
+    # Subtasks, each moving its shares with `CopyOptions.workers` transfers in flight: one per
+    # TaskManager slot; 2 fits the local mini-cluster of a small machine.
+    parallelism: int = 2
+    # Shares per subtask: more than one lets a fast subtask's slot take no idle tail, and a
+    # restarted subtask redoes less; 4 keeps each share large on a big copy.
+    shares_per_subtask: int = 4
+    # The session cluster's REST address; "" runs the local mini-cluster in this process.
+    cluster: str = ""
+    # Restarts of a failed subtask before the job fails: a lost TaskManager is retried (its
+    # finished files are found, not re-sent); a file that fails its checks fails each attempt.
+    restart_attempts: int = 2
+    # Where the Flink logs and the submitted job's config go.
+    work_dir: Path = field(default_factory=lambda: Path.home() / ".pilake" / "flink" / "copy")
+
+    def __post_init__(self) -> None:
+        for name, value, high in (
+            ("parallelism", self.parallelism, 1024),
+            ("shares_per_subtask", self.shares_per_subtask, 1000),
+        ):
+            if isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= high:
+                raise ValueError(f"{name} must be an integer in [1, {high}], got {value!r}")
+        if not isinstance(self.restart_attempts, int) or not 0 <= self.restart_attempts <= 100:
+            raise ValueError(
+                f"restart_attempts must be an integer in [0, 100], got {self.restart_attempts!r}"
+            )
+        if self.cluster:
+            from pi_jobs.local.flink_submit import rest_host_port
+
+            rest_host_port(self.cluster)  # ValueError: not http://host:port
+
+
+@dataclass(frozen=True, slots=True)
+class FlinkCopyReport(CopyReport):
+    """A `CopyReport` with what the job did: `subtask_files` = files each subtask moved or checked."""
+
+    parallelism: int = 0
+    shares: int = 0
+    subtask_files: dict[str, int] = field(default_factory=dict)
+    job_id: str = ""
+    where: str = ""
+
+
+def split_shares(jobs: list[FileJob], count: int) -> list[list[FileJob]]:
+    """`jobs` in `count` shares of about equal bytes (largest file first to the lightest share);
+    empty shares dropped.
+
+    Example:
+        >>> [len(s) for s in split_shares(jobs, 4)]
+        [3, 3, 2, 2]
+    """
+    shares: list[list[FileJob]] = [[] for _ in range(max(1, count))]
+    weights = [0] * len(shares)
+    for job in sorted(jobs, key=lambda j: (-j.size, j.relative)):
+        lightest = min(range(len(shares)), key=lambda i: (weights[i], len(shares[i]), i))
+        shares[lightest].append(job)
+        weights[lightest] += job.size
+    return [s for s in shares if s]
+
+
+def copy_dataset_flink(
+    source_root: str,
+    name: str,
+    dest_root: str,
+    *,
+    options: CopyOptions | None = None,
+    flink: FlinkCopyOptions | None = None,
+    dest_catalog: str | None = None,
+    progress_out: TextIO | None = None,
+    show_progress: bool = True,
+) -> FlinkCopyReport:
+    """Copy pin `name` into the lake at `dest_root` as a PyFlink batch job (see the module).
+
+    Raises:
+        ValueError: a bad pin name or options.
+        CopyError: as `copy_dataset`; and a job that failed (quoting the worker's error, which
+            names a file that failed its checks) or a share that did not report.
+
+    Example:
+        >>> copy_dataset_flink("/data/lake", "pick-v3", "s3://b/lake",
+        ...                    flink=FlinkCopyOptions(parallelism=8)).subtask_files
+        {'0': 52, '1': 52, ...}
+    """
+    from pi_format.errors import LakeError
+    from pi_format.lake import PinStore, ensure_lake_tables
+    from pi_format.lake._commit import file_sizes
+    from pi_format.lake.pins import check_pin_name
+
+    started = time.perf_counter()
+    options, flink = options or CopyOptions(), flink or FlinkCopyOptions()
+    check_pin_name(name)
+    source, dest = LakeLayout(source_root), LakeLayout(dest_root)
+    _check_ends(source.root, dest.root)
+    dest_store = LakeStore.open(dest.root)
+    LakeStore.open(source.root)  # ValueError: not a local path or s3:// URI
+    try:
+        pin = PinStore(source).get(name)
+    except LakeError as err:
+        raise CopyError(str(err)) from err
+    rows = source_rows(source, pin)
+    jobs = _plan(source, rows)
+    tables = ensure_lake_tables(dest)
+    committed = {n: file_sizes(tables[n]) for n in _FILE_TABLES}
+    to_send: list[FileJob] = []
+    for job in jobs:
+        table, path = job.relative.split("/", 1)
+        there = committed[table].get(path)
+        if there is None:
+            to_send.append(job)
+        elif there != job.size:
+            raise CopyError(
+                f"{dest.table(table)}/{path} is committed at the destination with {there} bytes, the "
+                f"source's has {job.size}: the destination holds another file of the same name"
+            )
+
+    shares = split_shares(to_send, flink.parallelism * flink.shares_per_subtask) if to_send else []
+    run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
+    settings = ShareSettings(
+        source_root=source.root,
+        dest_root=dest.root,
+        pin=name,
+        run_id=run_id,
+        workers=options.workers,
+        part_mib=options.part_mib,
+        parallelism=flink.parallelism,
+        restart_attempts=flink.restart_attempts,
+        log_dir=str((flink.work_dir / "log").absolute()),
+    )
+    job_id, reports = "", list[dict[str, Any]]()
+    if shares:
+        bar = None
+        if show_progress:
+            bar = Progress(f"copy {name} (flink)", total=sum(j.size for j in to_send), out=progress_out)
+        items = [share_item(i, share) for i, share in enumerate(shares)]
+        job_id, reports = _run(settings, items, shares, flink, dest_store, bar)
+        if bar is not None:
+            bar.close()
+
+    done: dict[str, DoneFile] = {}
+    for report in reports:
+        done.update({k: DoneFile.from_dict(v) for k, v in report["files"].items()})
+    missing = [j.relative for j in to_send if j.relative not in done or done[j.relative].size != j.size]
+    if missing:
+        raise CopyError(
+            f"the copy job ended without verifying {len(missing)} file(s), first {missing[0]!r}; nothing "
+            "was committed: run the same command again"
+        )
+    rows_committed = _commit(source, dest, tables, pin, rows, to_send, done, name)
+    source_rows(dest, pin)  # read back at the destination: every pair, the pin's content hash
+    if dest_catalog:
+        _record_catalog(dest, dest_catalog, pin.episode_ids)
+    try:
+        PinStore(dest).create(replace(pin, lake_root=dest.root))  # LAST
+    except LakeError as err:
+        raise CopyError(f"the destination {dest.root}: {err}") from err
+    _clean(dest_store, name)
+    subtask_files: dict[str, int] = {}
+    for report in reports:
+        key = str(report["subtask"])
+        subtask_files[key] = subtask_files.get(key, 0) + len(report["files"])
+    sent = sum(int(r["sent"]) for r in reports)
+    return FlinkCopyReport(
+        pin=name,
+        dest=dest.root,
+        content_hash=pin.content_hash,
+        episodes=len(pin.episode_ids),
+        files=len(jobs),
+        files_sent=sent,
+        files_already_there=len(jobs) - sent,
+        bytes_sent=sum(int(r["bytes_sent"]) for r in reports),
+        files_refetched=sum(int(r["refetched"]) for r in reports),
+        rows_committed=rows_committed,
+        seconds=round(time.perf_counter() - started, 3),
+        parallelism=flink.parallelism,
+        shares=len(shares),
+        subtask_files=dict(sorted(subtask_files.items())),
+        job_id=job_id,
+        where=f"session cluster {flink.cluster}" if flink.cluster else "mini-cluster",
+    )
+
+
+def _commit(
+    source: LakeLayout,
+    dest: LakeLayout,
+    tables: dict[str, Any],
+    pin: Any,
+    rows: Any,
+    to_send: list[FileJob],
+    done: dict[str, DoneFile],
+    name: str,
+) -> dict[str, int]:
+    """Commit the verified files, then the annotations and deletions, then the episodes rows (the
+    commit markers), in the lake's order; returns the rows committed per table."""
+    from pi_format.lake import WrittenFile, commit_actions
+
+    for table in _FILE_TABLES:
+        adds = [
+            WrittenFile(j.relative.split("/", 1)[1], f.size, f.num_rows, f.stats_json)
+            for j in to_send
+            if j.relative.startswith(f"{table}/")
+            for f in (done[j.relative],)
+        ]
+        if adds:
+            commit_actions(tables[table], table, adds=adds, operation="copy")
+    rows_committed: dict[str, int] = {}
+    writer_id = f"copy-{name}"
+    for table in ("annotations", "deletions"):
+        extra = extra_rows(source, dest, table, pin)
+        if extra.num_rows:
+            commit_rows(dest, tables, table, extra, writer_id=writer_id)
+        rows_committed[table] = extra.num_rows
+    new = missing_pairs(dest, rows)
+    if new.num_rows:
+        commit_rows(dest, tables, "episodes", new, writer_id=writer_id)
+    rows_committed["episodes"] = new.num_rows
+    return rows_committed
+
+
+def _clean(store: LakeStore, pin: str) -> None:
+    """Drop the pin's share manifests and reports once the pin is committed (a resume aid only)."""
+    import contextlib
+
+    with contextlib.suppress(OSError):
+        store.fs.delete_dir(store.path(flink_dir(pin)))
+
+
+def _read_reports(store: LakeStore, settings: ShareSettings, count: int) -> dict[int, dict[str, Any]]:
+    found: dict[int, dict[str, Any]] = {}
+    directory = share_report_path(settings.pin, settings.run_id, 0).rsplit("/", 1)[0]
+    for relative in store.listing([directory]):
+        found_name = _REPORT_NAME.fullmatch(relative.rsplit("/", 1)[1])  # not a writer's temporary
+        share = int(found_name.group(1)) if found_name else count
+        if share < count:
+            doc = json.loads(store.read_text(relative) or "{}")
+            if doc.get("run_id") == settings.run_id:
+                found[share] = doc
+    return found
+
+
+def _run(
+    settings: ShareSettings,
+    items: list[str],
+    shares: list[list[FileJob]],
+    flink: FlinkCopyOptions,
+    store: LakeStore,
+    bar: Progress | None,
+) -> tuple[str, list[dict[str, Any]]]:
+    """Run the job to its end, advancing `bar` as shares report; returns (job id, share reports)."""
+    handle = _submit(settings, items, flink) if flink.cluster else _MiniCluster(settings, items)
+    seen: dict[int, dict[str, Any]] = {}
+    finished = False
+    try:
+        while True:
+            time.sleep(0.5)
+            state = handle.status()
+            for share, doc in _read_reports(store, settings, len(shares)).items():
+                if share not in seen and bar is not None:
+                    bar.advance(sum(j.size for j in shares[share]))
+                seen[share] = doc
+            if state in ("FAILED", "FAILING", "CANCELED"):
+                raise CopyError(
+                    f"the copy job {handle.job_id} on the {handle.where} {state.lower()}; nothing was "
+                    f"committed, run the same command again to resume (logs in {settings.log_dir}):\n"
+                    f"{handle.failure()}"
+                )
+            if state == "FINISHED":
+                finished = True
+                break
+    finally:
+        if not finished:
+            handle.cancel()
+    seen.update(_read_reports(store, settings, len(shares)))
+    return handle.job_id, [seen[i] for i in sorted(seen)]
+
+
+class _MiniCluster:
+    """The job on the local mini-cluster (this process's PyFlink JVM)."""
+
+    where = "mini-cluster"
+
+    def __init__(self, settings: ShareSettings, items: list[str]) -> None:
+        from pi_jobs.datasets._flink_copy_job import build_copy_job, job_name
+
+        self.client = build_copy_job(settings, items).execute_async(job_name(settings))
+        self.job_id = str(self.client.get_job_id())
+        self.log_dir = Path(settings.log_dir)
+
+    def status(self) -> str:
+        try:
+            return str(self.client.get_job_status().result()).rsplit(".", 1)[-1].upper()
+        except Exception:  # the mini-cluster of a bounded job shuts down when it ends
+            try:
+                self.client.get_job_execution_result().result()
+            except Exception:
+                return "FAILED"
+            return "FINISHED"
+
+    def failure(self) -> str:
+        from pi_jobs.stream._logs import log_tail, python_error
+
+        try:
+            self.client.get_job_execution_result().result()
+        except Exception as err:
+            return python_error(str(err)) or str(err)[-4000:]
+        return log_tail(self.log_dir)
+
+    def cancel(self) -> None:
+        import contextlib
+
+        with contextlib.suppress(Exception):
+            self.client.cancel().result()
+
+
+class _Cluster:
+    """The job on a session cluster, through its REST API (`pi_jobs.local.flink_submit.ClusterJob`)."""
+
+    def __init__(self, url: str, job_id: str, log_dir: Path) -> None:
+        from pi_jobs.local.flink_submit import ClusterJob
+
+        self.job = ClusterJob(url, job_id, log_dir)
+        self.job_id = job_id
+        self.where = f"session cluster {self.job.url}"
+
+    def status(self) -> str:
+        return self.job.status()
+
+    def failure(self) -> str:
+        return self.job.failure()
+
+    def cancel(self) -> None:
+        self.job.cancel()
+
+
+def _submit(settings: ShareSettings, items: list[str], flink: FlinkCopyOptions) -> _Cluster:
+    """`flink run -d -py` the job onto the session cluster (as `pilake stream --cluster` does)."""
+    from pi_jobs.local.flink_submit import cluster_status, flink_home, rest_host_port
+    from pi_jobs.stream._logs import python_error
+
+    status = cluster_status(flink.cluster)
+    if not status.running:
+        raise CopyError(f"{status.detail}; start one with `pilake up --flink` or check --cluster")
+    if status.slots_available < settings.parallelism:
+        raise CopyError(
+            f"the cluster at {status.url} has {status.slots_available} free task slots of "
+            f"{status.slots_total} and the copy needs {settings.parallelism} (--parallelism): start "
+            "more TaskManagers, wait for other jobs or lower the parallelism"
+        )
+    submit_dir = flink.work_dir / "submit"
+    submit_dir.mkdir(parents=True, exist_ok=True)
+    launcher = submit_dir / "launch_copy_job.py"
+    launcher.write_text(_LAUNCHER)
+    config_path = submit_dir / f"copy-{settings.run_id}.json"
+    config_path.write_text(json.dumps({"settings": settings.to_json(), "shares": items}))
+    host, port = rest_host_port(flink.cluster)
+    Path(settings.log_dir).mkdir(parents=True, exist_ok=True)
+    cmd = [
+        str(flink_home() / "bin" / "flink"), "run", "-m", f"{host}:{port}", "-d",
+        "-p", str(settings.parallelism),
+        "-py", str(launcher), "-pyexec", sys.executable, "-pyclientexec", sys.executable,
+        str(config_path),
+    ]  # fmt: skip
+    env = {**os.environ, "FLINK_LOG_DIR": settings.log_dir, "OPENBLAS_NUM_THREADS": "1"}
+    try:
+        proc = subprocess.run(
+            cmd, env=env, capture_output=True, text=True, timeout=300, check=False, stdin=subprocess.DEVNULL
+        )
+    finally:
+        config_path.unlink(missing_ok=True)
+    out = proc.stdout + proc.stderr
+    found = re.search(r"pilake-copy job id: ([0-9a-f]{32})|JobID ([0-9a-f]{32})", out)
+    if proc.returncode != 0 or found is None:
+        reason = python_error(out) or out.strip()[-3000:]
+        raise CopyError(
+            f"`flink run` could not submit the copy job to {status.url} (exit {proc.returncode}):\n"
+            f"{reason}\nclient logs in {settings.log_dir}"
+        )
+    return _Cluster(flink.cluster, found.group(1) or found.group(2), Path(settings.log_dir))
