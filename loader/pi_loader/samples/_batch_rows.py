@@ -8,7 +8,9 @@ shared memory (benchmarks/loader/PROFILE.md: ~0.2 ms a sample). Instead the samp
 `default_collate_fn_map` (the extension point of `torch.utils.data.default_collate`) hands out the
 batch's own arrays as tensors when it is given all the rows of one batch in order, and collates
 like torch's default for anything else. In a DataLoader worker the frames are decoded straight
-into torch shared memory (the storage torch's collate would allocate), so nothing is copied.
+into one of the worker's reused shared-memory slots (`_slots`: no fresh memory a batch, no fd
+round trip per tensor), the batch's other arrays copied beside them, so the main process gets
+tensors over the slot; without a free slot, into torch shared memory as torch's collate would.
 The batch is what the default collate of the same samples gives: the same values, dtypes and
 types ("episode_id" a list of str, "step" int64).
 
@@ -23,38 +25,53 @@ from typing import Any
 
 import numpy as np
 
+from pi_loader.samples._slots import Slot, pool, slot_tensor
+
 _REGISTERED: list[bool] = []
 
 
 class BatchRow(dict[str, object]):
     """One sample (a dict, as `Dataset[i]` gives) that is row `row` of `batch`'s arrays."""
 
-    __slots__ = ("batch", "row", "shared")
+    __slots__ = ("batch", "row", "shared", "slot")
 
     batch: dict[str, np.ndarray]
     row: int
     shared: dict[str, Any]  # image key -> the torch tensor its array is a view of (in a worker)
+    slot: Slot | None  # the worker's slot the batch's arrays are cut from
 
 
-def torch_allocator() -> tuple[Any, dict[str, Any]] | None:
-    """(allocate, tensors) that put a batch's images in torch shared memory when this runs in a
-    torch DataLoader worker (as its collate would), else None."""
+def torch_allocator(nbytes: int = 0) -> tuple[Any, dict[str, Any], Slot | None] | None:
+    """(allocate, tensors, slot) that put a batch's images in one of this worker's shared-memory
+    slots of at least `nbytes` (else in torch shared memory, as its collate would) when this runs
+    in a torch DataLoader worker, else None."""
     torch = sys.modules.get("torch")
     if torch is None or torch.utils.data.get_worker_info() is None:
         return None
     tensors: dict[str, Any] = {}
+    slots = pool()
+    slot = None if slots is None or nbytes <= 0 else slots.acquire(nbytes)
 
     def allocate(key: str, shape: tuple[int, ...]) -> np.ndarray:
+        if slot is not None:
+            cut = slot.array(shape, np.dtype(np.uint8))
+            if cut is not None:
+                tensor = slot_tensor(slot, *cut)
+                if tensor is not None:
+                    tensors[key] = tensor
+                    return cut[0]
         elem = torch.empty(0, dtype=torch.uint8)
         storage = elem._typed_storage()._new_shared(int(np.prod(shape)), device="cpu")
         tensor = elem.new(storage).resize_(*shape)
         tensors[key] = tensor
         return np.asarray(tensor.numpy())
 
-    return allocate, tensors
+    return allocate, tensors, slot
 
 
-def batch_rows(batch: dict[str, np.ndarray], shared: dict[str, Any]) -> list[dict[str, object]]:
+def batch_rows(
+    batch: dict[str, np.ndarray], shared: dict[str, Any], slot: Slot | None = None
+) -> list[dict[str, object]]:
     """The samples of `batch` (as `Dataset.sample` gives them) as BatchRows."""
     register_collate()
     ids, steps = batch["episode_id"].tolist(), batch["step"].tolist()
@@ -62,7 +79,7 @@ def batch_rows(batch: dict[str, np.ndarray], shared: dict[str, Any]) -> list[dic
     for row, (episode_id, step) in enumerate(zip(ids, steps, strict=True)):
         sample = BatchRow({key: value[row] for key, value in batch.items()})
         sample["episode_id"], sample["step"] = episode_id, step
-        sample.batch, sample.row, sample.shared = batch, row, shared
+        sample.batch, sample.row, sample.shared, sample.slot = batch, row, shared, slot
         rows.append(sample)
     return rows
 
@@ -84,7 +101,6 @@ def register_collate() -> None:
 def collate_rows(rows: Sequence[Mapping[str, object]], *, collate_fn_map: Any = None) -> dict[str, Any]:
     """The batch of `rows` as tensors: the rows' own batch when they are all of its rows in order,
     else torch's default collate of each key."""
-    import torch
     from torch.utils.data._utils.collate import collate
 
     first = rows[0]
@@ -99,11 +115,26 @@ def collate_rows(rows: Sequence[Mapping[str, object]], *, collate_fn_map: Any = 
                 value = batch[key]
                 if key == "episode_id":
                     out[key] = value.tolist()
-                elif key == "step":
-                    out[key] = torch.as_tensor(value.astype(np.int64))  # what collating ints gives
                 elif key in first.shared:
                     out[key] = first.shared[key]
                 else:
-                    out[key] = torch.from_numpy(np.ascontiguousarray(value))
+                    if key == "step":
+                        value = value.astype(np.int64)  # what collating ints gives
+                    out[key] = _in_slot(first.slot, value)
             return out
     return {key: collate([r[key] for r in rows], collate_fn_map=collate_fn_map) for key in first}
+
+
+def _in_slot(slot: Slot | None, value: np.ndarray) -> Any:
+    """`value` as a tensor: a copy in `slot` (a SlotTensor) when it fits, else over its own
+    memory (torch moves it to shared memory when it sends it)."""
+    import torch
+
+    if slot is not None:
+        cut = slot.array(value.shape, value.dtype)
+        if cut is not None:
+            tensor = slot_tensor(slot, *cut)
+            if tensor is not None:
+                cut[0][...] = value
+                return tensor
+    return torch.from_numpy(np.ascontiguousarray(value))

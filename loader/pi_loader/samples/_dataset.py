@@ -465,19 +465,23 @@ class Dataset:
             True
         """
         flat = [self._flat(i) for i in indices]
-        allocator = torch_allocator()
+        allocator = torch_allocator(_slot_bytes(self, len(flat)))
         if allocator is None:
             return batch_rows(self.samples(flat), {})
-        allocate, tensors = allocator
-        batch = self.samples(flat, allocate=allocate)
-        # images in the tensors allocated for them (not when damaged samples were skipped and
-        # the batch rebuilt in plain arrays)
-        shared = {
-            key: tensor
-            for key, tensor in tensors.items()
-            if key in batch and batch[key].__array_interface__["data"][0] == tensor.data_ptr()
-        }
-        return batch_rows(batch, shared)
+        allocate, tensors, slot = allocator
+        try:
+            batch = self.samples(flat, allocate=allocate)
+            # images in the tensors allocated for them (not when damaged samples were skipped
+            # and the batch rebuilt in plain arrays)
+            shared = {
+                key: tensor
+                for key, tensor in tensors.items()
+                if key in batch and batch[key].__array_interface__["data"][0] == tensor.data_ptr()
+            }
+            return batch_rows(batch, shared, slot)
+        finally:
+            if slot is not None:  # from now on only the batch's arrays hold the slot
+                slot.end()
 
     def sample(self, flat_index: int) -> dict[str, object]:
         """Sample number `flat_index` in (episode_id, step) order, before any shuffling.
@@ -632,3 +636,13 @@ class Dataset:
                 f"episode {episode_id!r} is not in this dataset; it has {len(self.episode_ids)} episodes"
             )
         return self._gather.episode(e)
+
+
+def _slot_bytes(ds: Dataset, samples: int) -> int:
+    """Bytes a torch DataLoader worker's slot holds for a batch of `samples`: its largest images,
+    and room for its other arrays (unused room in a slot costs no memory: it is never touched)."""
+    per_sample = ds.__dict__.get("_slot_sample_bytes")
+    if per_sample is None:  # once per process: image_shapes looks at every episode's size
+        images = sum(int(np.prod(shape)) for shape in ds.image_shapes().values())
+        per_sample = ds.__dict__["_slot_sample_bytes"] = images + 1024 * (ds.action_horizon + 16)
+    return samples * int(per_sample) + (1 << 16)
