@@ -23,6 +23,7 @@ first batch.
 from __future__ import annotations
 
 import argparse
+import os
 import time
 from collections import OrderedDict
 from collections.abc import Iterable, Iterator
@@ -117,6 +118,12 @@ def leg_pi_loader(args: argparse.Namespace) -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(1)
+    if args.api == "torch":
+        # A torch DataLoader forks its own workers: the Loader's forkserver, which a Dataset
+        # warms as it opens, is never used on this path, and its one-off imports (~1-2 s of CPU
+        # in its own process) would land in the measured window, a fixed cost spread over
+        # however few samples a loaded machine delivers in it (pi_loader._processes.WARM_ENV).
+        os.environ["PILAKE_LOADER_WARM_FORKSERVER"] = "0"
     loader, samples, api = open_pi_loader(
         str(args.lake),
         workers=args.workers,
@@ -141,6 +148,8 @@ def leg_pi_loader(args: argparse.Namespace) -> dict[str, Any]:
     )
     result["dataset_samples"] = samples
     result["api"] = api
+    if args.api == "torch":
+        result["forkserver_warmed"] = False
     close = getattr(loader, "close", None)
     if close is not None:
         close()
