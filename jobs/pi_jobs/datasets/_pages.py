@@ -95,13 +95,16 @@ def check_pages(data: bytes, *, require_crc: bool) -> str:
 
     try:
         metadata = pq.ParquetFile(pa.BufferReader(data)).metadata  # the footer parses
-    except (pa.ArrowException, OSError) as err:
+    except (ValueError, pa.ArrowException, OSError) as err:  # ValueError: a name not UTF-8
         return f"footer does not parse: {err}"
     if _fast_walk(data, metadata):
         return ""
     from pi_format.lake import check_parquet_file
 
-    check = check_parquet_file(pa.BufferReader(data), require_crc=require_crc, decode=False)
+    try:
+        check = check_parquet_file(pa.BufferReader(data), require_crc=require_crc, decode=False)
+    except (ValueError, pa.ArrowException, OSError) as err:  # e.g. a column path that is not UTF-8
+        return f"footer does not read: {type(err).__name__}: {err}"
     if not check.faults:
         return ""
     return f"{len(check.faults)} page fault(s), first: {check.faults[0].as_dict()}"

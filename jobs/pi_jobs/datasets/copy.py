@@ -153,6 +153,22 @@ def _plan(source: LakeLayout, rows: Any) -> list[FileJob]:
     return jobs
 
 
+def _dest_tables(dest: LakeLayout, store: LakeStore) -> dict[str, Any]:
+    """The destination's tables, made when missing; a destination that refuses writes is a
+    `CopyError` naming it (before any file is sent)."""
+    from deltalake.exceptions import DeltaError
+    from pi_format.lake import ensure_lake_tables
+
+    try:
+        return ensure_lake_tables(dest)
+    except (DeltaError, OSError) as err:
+        raise CopyError(
+            f"the destination {dest.root} refuses writes ({store.scrub(str(err)).splitlines()[0]}); "
+            "nothing was copied: give a lake root this process may create and write (a local "
+            "directory, or an s3:// bucket/prefix its credentials may write)"
+        ) from None  # the chained error's text could carry a credential
+
+
 def _check_ends(source_root: str, dest_root: str) -> None:
     if contains(source_root, dest_root) or contains(dest_root, source_root):
         raise CopyError(
@@ -198,7 +214,7 @@ def copy_dataset(
         412
     """
     from pi_format.errors import LakeError
-    from pi_format.lake import PinStore, ensure_lake_tables
+    from pi_format.lake import PinStore
     from pi_format.lake._commit import file_sizes
     from pi_format.lake.pins import check_pin_name
 
@@ -215,7 +231,7 @@ def copy_dataset(
     rows = source_rows(source, pin)
     jobs = _plan(source, rows)
 
-    tables = ensure_lake_tables(dest)
+    tables = _dest_tables(dest, dest_store)
     committed = {n: file_sizes(tables[n]) for n in _FILE_TABLES}
     to_send: list[FileJob] = []
     for job in jobs:
