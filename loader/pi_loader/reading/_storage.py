@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import os
 import threading
-from collections import OrderedDict
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, BinaryIO, Protocol, runtime_checkable
@@ -32,6 +31,7 @@ from pi_loader.reading._retry import (
     clean,
     retrying,
 )
+from pi_loader.reading._s3_fetch import ObjectHandles, ShortBody, fetch_range
 from pi_loader.reading._s3_options import _S3_KEYS, _S3_WRITER_KEYS, S3Options  # noqa: F401 (re-exported)
 
 __all__ = [
@@ -50,8 +50,6 @@ __all__ = [
 _S3_SCHEMES = ("s3", "s3a")
 # Download in pieces of this size: large enough for S3 throughput, small enough for memory.
 _DOWNLOAD_PIECE_BYTES = 8 * 2**20
-# Objects a process keeps open for ranged GETs (an open costs a HEAD request).
-_OPEN_OBJECTS = 64
 # A body shorter than the object's size is fetched again this many times, then refused: a cut
 # connection heals on a retry, a store that keeps serving the wrong length does not.
 _SHORT_BODY_TRIES = 3
@@ -131,8 +129,7 @@ class S3Storage:
         self._fs_pid = -1
         self._fs_lock = threading.Lock()
         self._ranges = RangeCache(self._cache)
-        self._handles: OrderedDict[str, Any] = OrderedDict()  # path -> open pyarrow file, this pid
-        self._handles_pid = -1
+        self._handles = ObjectHandles()  # open pyarrow files of objects, this process
 
     def __getstate__(self) -> dict[str, object]:
         return {"options": self._options, "cache": self._cache, "retry": self._retry}
@@ -234,72 +231,19 @@ class S3Storage:
         path, key, _ = self._key(uri)
         return self._ranges.object_size(key, lambda: self._size_bytes(uri, path))
 
-    def _handle(self, path: str, uri: str) -> Any:
-        """An open pyarrow input file of `path` (its open is a HEAD request), kept per process."""
-        if self._handles_pid != os.getpid():
-            self._handles = OrderedDict()
-            self._handles_pid = os.getpid()
-        with self._fs_lock:
-            handle = self._handles.get(path)
-            if handle is not None:
-                self._handles.move_to_end(path)
-                return handle
-        handle = self._filesystem().open_input_file(path)
-        with self._fs_lock:
-            self._handles[path] = handle
-            while len(self._handles) > _OPEN_OBJECTS:
-                self._handles.popitem(last=False)
-        return handle
-
     def _fetch_range(self, uri: str, path: str, offset: int, size: int) -> bytes:
-        """One ranged GET with retries; a body shorter than asked (and than the object holds) is
-        fetched again a few times, then refused."""
-        short: list[int] = []
-
-        def attempt() -> bytes:
-            try:
-                handle = self._handle(path, uri)
-                want = max(0, min(size, int(handle.size()) - offset))
-                data = bytes(handle.read_at(want, offset)) if want else b""
-            except FileNotFoundError:
-                raise
-            except OSError:
-                with self._fs_lock:
-                    self._handles.pop(path, None)  # a failed connection is not reused
-                raise
-            if len(data) != want:
-                short.append(len(data))
-                raise _ShortBody(len(data))
-            return data
-
-        def transient(err: BaseException) -> bool:
-            if isinstance(err, _ShortBody):
-                return len(short) < _SHORT_BODY_TRIES
-            return self._transient(err)
-
+        """One ranged GET of `uri` with retries (`_s3_fetch.fetch_range`)."""
         try:
-            data: bytes = retrying(
-                attempt,
-                what=f"read bytes {offset}..{offset + size} of {uri}",
-                endpoint=self._options.endpoint,
-                config=self._retry,
-                is_transient=transient,
-                message=lambda err: self._scrub(clean(str(err))),
-            )
-        except _ShortBody as err:
-            raise PermanentStorageError(
-                f"reading bytes {offset}..{offset + size} of {uri} from {self._options.endpoint}: got "
-                f"{err.args[0]} bytes, {len(short)} times; refused (the store cuts the body short or the "
-                "object changed, and Delta data files never change: check the store's health)"
-            ) from None
+            return fetch_range(self, uri, path, offset, size)
         except FileNotFoundError as err:
             raise RemoteFileNotFoundError(
                 f"{uri} is not a file on {self._options.endpoint} ({self._scrub(clean(str(err)))}); "
                 "was it vacuumed after the dataset's Delta version was pinned?"
             ) from None
+        except PermanentStorageError:
+            raise
         except OSError as err:
             raise self._refused(f"reading {uri}", err) from None
-        return data
 
     def stats(self) -> Any:
         """The cache's `CacheStats` for this process."""
@@ -383,10 +327,10 @@ class S3Storage:
                     out.write(piece)
             if written != size:
                 short.append(written)
-                raise _ShortBody(written)
+                raise ShortBody(written)
 
         def transient(err: BaseException) -> bool:
-            if isinstance(err, _ShortBody):
+            if isinstance(err, ShortBody):
                 return len(short) < _SHORT_BODY_TRIES
             return self._transient(err)
 
@@ -399,7 +343,7 @@ class S3Storage:
                 is_transient=transient,
                 message=lambda err: self._scrub(clean(str(err))),
             )
-        except _ShortBody as err:
+        except ShortBody as err:
             raise PermanentStorageError(
                 f"downloading {uri} from {self._options.endpoint}: got {err.args[0]} bytes of "
                 f"{size}, {len(short)} times; refused (the store cuts the body short or the object "
@@ -407,10 +351,6 @@ class S3Storage:
             ) from None
         except OSError as err:
             raise self._refused(f"downloading {uri}", err) from None
-
-
-class _ShortBody(Exception):
-    """A download ended before the object's size (retried a few times, then refused)."""
 
 
 def storage_for(
