@@ -186,6 +186,7 @@ def copy_dataset_flink(
         run_id=run_id,
         workers=options.workers,
         part_mib=options.part_mib,
+        readback=options.readback,
         parallelism=flink.parallelism,
         restart_attempts=flink.restart_attempts,
         log_dir=str((flink.work_dir / "log").absolute()),

@@ -47,6 +47,7 @@ class ShareSettings:
     run_id: str
     workers: int  # transfers in flight per subtask
     part_mib: int
+    readback: bool  # read every written file back (CopyOptions.readback)
     parallelism: int
     restart_attempts: int
     log_dir: str
@@ -71,7 +72,8 @@ def share_report_path(pin: str, run_id: str, share: int) -> str:
 
 def share_item(share: int, files: Sequence[FileJob]) -> str:
     """One element of the job's source: a share of the file list."""
-    return json.dumps({"share": share, "files": [[f.relative, f.size, f.require_crc] for f in files]})
+    files_json = [[f.relative, f.size, f.require_crc, f.num_rows, f.stats_json] for f in files]
+    return json.dumps({"share": share, "files": files_json})
 
 
 class CopyShareFunction(ProcessFunction):
@@ -91,10 +93,16 @@ class CopyShareFunction(ProcessFunction):
         s = self.settings
         item = json.loads(value)
         share = int(item["share"])
-        files = [FileJob(str(r), int(n), bool(c)) for r, n, c in item["files"]]
+        files = [FileJob(str(r), int(n), bool(c), int(rows), str(st)) for r, n, c, rows, st in item["files"]]
         manifest = CopyManifest.load(self.dest, f"{s.pin}.flink/share-{share:05d}")
         transfers = Transfers(
-            self.source, self.dest, manifest, None, workers=s.workers, part_bytes=s.part_mib * 2**20
+            self.source,
+            self.dest,
+            manifest,
+            None,
+            workers=s.workers,
+            part_bytes=s.part_mib * 2**20,
+            readback=s.readback,
         )
         done = transfers.run(files)  # CopyError names a file that failed its checks twice
         if set(done) != {f.relative for f in files}:
