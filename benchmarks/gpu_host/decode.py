@@ -14,9 +14,9 @@ One prepared command for a GPU host (it dry-runs the CPU legs anywhere):
 3. Legs, interleaved repeat after repeat (`benchmarks._figures.interleaved`), each timed over
    `--measure-s` after one warm-up batch:
    - `cpu_pool`: the CPU path's decode limit: `--workers` processes (default: the loader's
-     default, the cores less two), each decoding its share of every batch with PyAV into its
-     own preallocated batch rows (`ChunkDecoder.rgb(out=...)`), nothing else (no I/O, no
-     transfer: the most the CPU path can give);
+     default, the cores less two), each decoding whole batches with PyAV into its own
+     preallocated batch rows (`ChunkDecoder.rgb(out=...)`), nothing else (no I/O, no transfer:
+     the most the CPU path can give);
    - `cpu_1`: one process doing the same (the per-core figure);
    - `gpu`: `NvdecDecoder.decode` of the whole batch into a CUDA tensor, synchronised (only
      where a GPU, a CUDA torch and PyNvVideoCodec are present; otherwise skipped, reason named).
@@ -108,7 +108,9 @@ def _worker_decode(args: tuple[list[tuple[int, int]], int, int]) -> int:
 
 
 class CpuPool:
-    """`workers` spawned processes holding the chunks; a batch is split into equal shares."""
+    """`workers` spawned processes holding the chunks; each decodes whole batches, as the
+    Loader's workers do (batch b goes to worker b % workers): one call hands every worker a
+    batch, so the figure is the pool's throughput, not one batch's latency."""
 
     def __init__(self, chunks: list[bytes], workers: int) -> None:
         context = multiprocessing.get_context("spawn")  # this process may hold a CUDA context
@@ -116,8 +118,8 @@ class CpuPool:
         self._pool = context.Pool(workers, initializer=_worker_init, initargs=(chunks,))
 
     def decode(self, pairs: list[tuple[int, int]], height: int, width: int) -> int:
-        shares = [(pairs[i :: self.workers], height, width) for i in range(self.workers)]
-        return sum(self._pool.map(_worker_decode, [s for s in shares if s[0]]))
+        """Every worker decodes the batch `pairs` (its own fresh decoders): workers x batch frames."""
+        return sum(self._pool.map(_worker_decode, [(pairs, height, width)] * self.workers, chunksize=1))
 
     def close(self) -> None:
         self._pool.close()
