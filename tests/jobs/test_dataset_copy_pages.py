@@ -75,7 +75,7 @@ def test_seeded_flips_truncations_and_garbage_are_refused_as_the_slow_check_does
 
 
 def test_a_flip_in_a_video_page_payload_is_caught(lake: LakeLayout) -> None:
-    video = [p for p in _files(lake) if p.parent.name == "video"][0]
+    video = next(p for p in _files(lake) if p.parent.name == "video")
     data = bytearray(video.read_bytes())
     data[len(data) // 2] ^= 0x01  # inside the frames' pages
     assert "page CRC" in check_pages(bytes(data), require_crc=True)
