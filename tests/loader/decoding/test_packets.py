@@ -12,6 +12,7 @@ from pi_format.video import ChunkDecoder
 from pi_format.video.reader import access_unit_bounds
 from pi_loader.decoding import ChunkPacketError, FramePackets, frame_packets
 
+from tests.fixtures.lake_factory import FakeLake
 from tests.loader.decoding._chunks import chunks
 
 START = b"\x00\x00\x01"
@@ -122,3 +123,20 @@ def test_generated_bytes_are_refused_clearly_or_framed_inside_the_chunk(
     ranges = packets.byte_ranges()
     assert all(0 <= s < e <= len(data) for s, e in ranges)
     assert 0 <= packets.output_index < len(packets.units) and index < packets.frame_count
+
+
+def test_every_chunk_of_a_written_lake_frames_and_decodes_as_the_loader_does(loader_lake: FakeLake) -> None:
+    """The chunks the lake's writer stored (read back from the video table): for every frame of
+    every chunk, the packets `frame_packets` picks decode alone to the CPU decoder's frame."""
+    import deltalake
+
+    rows = deltalake.DeltaTable(loader_lake.layout.table("video")).to_pyarrow_table(
+        columns=["codec", "frame_count", "data"]
+    )
+    assert rows.num_rows > 0
+    for row in rows.to_pylist()[:12]:
+        assert row["codec"] == "h264"
+        cpu = ChunkDecoder(row["data"])
+        for i in range(row["frame_count"]):
+            packets = frame_packets(row["data"], i, frame_count=row["frame_count"])
+            np.testing.assert_array_equal(_decode_alone(row["data"], packets), cpu.rgb(i))
