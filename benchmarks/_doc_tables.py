@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._figures import text_of
+from benchmarks.loader._doc_block import loader_cpu
 
 Table = list[list[str]]
 # Leg names of the loader benchmark's JSON (benchmarks/loader/_report.py LOADERS), as the table
@@ -638,6 +639,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "ingest": ingest,
     "ingest_cpu": ingest_cpu,
     "loader": loader,
+    "loader_cpu": loader_cpu,
     "norm_bound": norm_bound,
     "norm_stats": norm_stats,
     "scale": scale,
