@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._figures import text_of
+from benchmarks.copy._table import copy_table
 from benchmarks.loader._doc_block import loader_cpu
 
 Table = list[list[str]]
@@ -635,6 +636,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "backfill_raw": backfill_raw,
     "baselines": baselines,
     "compaction": compaction,
+    "copy": copy_table,
     "gpu_host": gpu_host,
     "ingest": ingest,
     "ingest_cpu": ingest_cpu,

@@ -1,0 +1,33 @@
+"""The `copy` figures block (`benchmarks.render_docs`): `pilake dataset copy` against a plain
+parallel object copy, from benchmarks/baselines/copy.json."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+
+def copy_table(b: Path) -> str:
+    """The block: ratio per end, median (min–max) of the interleaved repeats, and the verdict."""
+    doc = json.loads((b / "copy.json").read_text())
+    lake = doc["lake"]
+    rows = []
+    for end, label in (("s3", "local → SeaweedFS (s3://)"), ("local", "local → local")):
+        spread = doc["ratio"][end]
+        copy = sorted(r[f"{end}_copy_mib_s"] for r in doc["repeats"])
+        plain = sorted(r[f"{end}_plain_mib_s"] for r in doc["repeats"])
+        rows.append(
+            f"| {label} | {copy[len(copy) // 2]} | {plain[len(plain) // 2]} | "
+            f"{spread['median']:.2f} ({spread['min']:.2f}–{spread['max']:.2f}) | "
+            f"{'met' if doc['met'][end] else 'missed'} |"
+        )
+    return (
+        f"`baselines/copy.json`: a pin of {doc['episodes']} episodes, {doc['files']} files, "
+        f"{doc['bytes'] / 2**20:,.0f} MiB ({lake['distinct']} one-minute {lake['size_px']} px episodes "
+        f"committed {lake['replicas']} times each in group commits of {lake['group']}), {doc['workers']} "
+        f"transfers in flight, {len(doc['repeats'])} interleaved repeats on a shared {doc['cpus']}-core "
+        f"machine (load average {doc['loadavg_start'][0]:.1f} at the start); ratio = plain seconds / "
+        "copy seconds per repeat, median (min–max):\n\n"
+        "| copy | copy MiB/s (median) | plain MiB/s (median) | ratio | ≥ "
+        f"{doc['target']} on the whole spread |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows)
+    )
