@@ -155,8 +155,17 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     from benchmarks.gpu_host.run import machine
 
-    missing = gpu_unavailable_reason()
-    gpu = None if missing is not None or args.no_gpu else NvdecDecoder(DecoderOptions(kind="nvdec"))
+    missing = gpu_unavailable_reason() if not args.no_gpu else "--no-gpu"
+    gpu = None
+    if missing is None:
+        # One device call should bring back the CPU legs even when NVDEC fails: probe it on a
+        # small chunk first and record the failure instead of losing the run.
+        try:
+            gpu = NvdecDecoder(DecoderOptions(kind="nvdec"))
+            _gpu_batch(gpu, make_chunks(64, 48, 1), [(0, 0), (0, 5)], 64, 48)
+        except Exception as err:
+            gpu, missing = None, f"NVDEC failed its probe: {type(err).__name__}: {err}"
+            print(f"[gpu_decode] {missing}", flush=True)
     workers = args.workers or max((os.cpu_count() or 2) - 2, 1)
     batches = [int(b) for b in args.batches.split(",")]
     result: dict[str, Any] = {
@@ -172,7 +181,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             "chunk_frames": CHUNK_FRAMES,
             "quick": args.quick,
         },
-        "gpu": "NVDEC (PyNvVideoCodec)" if gpu is not None else f"skipped: {missing or '--no-gpu'}",
+        "gpu": "NVDEC (PyNvVideoCodec)" if gpu is not None else f"skipped: {missing}",
         "legs": {},
         "gpu_wins": [],
     }
