@@ -148,7 +148,9 @@ def scale(b: Path) -> str:
                 f"{s['episodes']:,}",
                 f"{c['per_episode_ms']['p50']:.1f} ({c['per_episode_cpu_ms']['p50']:.1f})",
                 _num(c["catalog_record_ms"]["p50"], "{:.0f}"),
-                f"{s['delta_log']['episodes']['log_bytes'] / 2**20:.2f} "
+                "–"
+                if not s.get("delta_log")
+                else f"{s['delta_log']['episodes']['log_bytes'] / 2**20:.2f} "
                 f"({s['delta_log']['episodes']['last_checkpoint_bytes'] / 2**20:.2f})",
                 _num(p.get("open_s"), "{:.2f}"),
                 f"{_num((p.get('main') or {}).get('hwm_mb'), '{:.0f}')} / "
@@ -186,8 +188,42 @@ def scale(b: Path) -> str:
         + f" episodes{_taken(doc)}):\n\n{markdown(header, rows)}\n\n"
         f"Throughput on {t['data']['episodes']} distinct real episodes, samples/s: {rates}.\n\n"
         + "\n".join(targets)
+        + _million(doc)
         + _needs_rerun(doc)
     )
+
+
+def _million(doc: dict[str, Any]) -> str:
+    """The million-episode run's operator commands and elapsed time (benchmarks.scale.million)."""
+    m = doc.get("million")
+    if not m:
+        return ""
+    ops = m["operations"]
+
+    def op(name: str) -> str:
+        o = ops.get(name) or {}
+        if o.get("s") is not None:
+            return f"{o['s']:,.1f} s" + ("" if o.get("returncode") == 0 else f" (exit {o.get('returncode')})")
+        if o.get("timed_out_after_s") is not None:
+            return f"over {o['timed_out_after_s']:,.0f} s (stopped)"
+        return o.get("why") or "not measured"
+
+    lines = [
+        f"\n\nThe grown lake ({m['episodes_reached']:,} episodes, "
+        f"{m['disk_bytes'] / 2**30:.1f} GiB; grown in {m['elapsed']['grow_s']:,.0f} s at "
+        f"{_num(m.get('build_episodes_per_s'), '{:,.0f}')} episodes/s, measured in "
+        f"{m['elapsed']['measure_s']:,.0f} s{'; ' + m['stopped'] if m.get('stopped') else ''}): "
+        f"Dataset open {_num(m.get('open_cold_s'), '{:.2f}')} s cold host, "
+        f"{_num(m.get('open_warm_s'), '{:.2f}')} s warm host, "
+        f"{_num(m.get('open_again_s'), '{:.2f}')} s again in the same process; "
+        f"`pilake verify` {op('verify')}; `pilake gc` {op('gc')}; "
+        f"`pilake dataset create` {op('dataset_create')} and `pilake dataset copy` {op('dataset_copy')} "
+        f"for a pin of {(ops.get('dataset_copy') or {}).get('episodes', 0):,} episodes."
+    ]
+    extrapolated = m.get("extrapolated_build_to_1m_s")
+    if extrapolated:
+        lines.append(f" Growth to 1,000,000: {extrapolated['value']:,} s ({extrapolated['how']}).")
+    return "".join(lines)
 
 
 def trainer(b: Path) -> str:

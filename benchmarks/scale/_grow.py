@@ -196,8 +196,11 @@ def checkpoint_interval(lake: Path) -> int:
     return int(configuration.get("delta.checkpointInterval") or 100)
 
 
-def grow(lake: Path, catalog_dir: Path, config: GrowConfig) -> Iterator[tuple[int, dict[str, Any]]]:
-    """Grow the lake to each of `config.sizes` in turn; yields (size, figures) at each."""
+def grow(
+    lake: Path, catalog_dir: Path, config: GrowConfig, *, start: int = 0
+) -> Iterator[tuple[int, dict[str, Any]]]:
+    """Grow the lake to each of `config.sizes` in turn; yields (size, figures) at each. `start`:
+    the episodes the lake already holds from an earlier `grow` (their ids are not reused)."""
     from pi_catalog import Catalog
     from pi_format import LakeLayout
     from pi_format.lake import LakeWriter
@@ -213,7 +216,7 @@ def grow(lake: Path, catalog_dir: Path, config: GrowConfig) -> Iterator[tuple[in
     window = config.timed_groups or interval
     # (wall ms, episodes, CPU ms of this process, catalog record ms) per group commit
     timed: collections.deque[tuple[float, int, float, float]] = collections.deque(maxlen=window)
-    count, building_s, last_log = 0, 0.0, 0.0
+    count, building_s, last_log = start, 0.0, 0.0
     target = max(config.sizes)
     for size in sorted(config.sizes):
         resumed = time.monotonic()
@@ -237,7 +240,7 @@ def grow(lake: Path, catalog_dir: Path, config: GrowConfig) -> Iterator[tuple[in
             now = time.monotonic()
             if now - last_log > 15 or count == size:
                 last_log = now
-                rate = count / (building_s + now - resumed)
+                rate = (count - start) / (building_s + now - resumed)
                 print(
                     f"  lake: {count:,}/{target:,} episodes ({rate:.0f}/s, last group commit "
                     f"{(t1 - t0) * 1e3:.0f} ms + catalog {(t2 - t1) * 1e3:.0f} ms, "

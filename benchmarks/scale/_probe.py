@@ -83,6 +83,11 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
     start = time.perf_counter()
     ds = pi_loader.Dataset(str(args.lake), seed=args.seed, action_horizon=args.horizon, **cache)
     open_s = time.perf_counter() - start
+    # the same open again in this process: what a second Dataset on the same lake costs (a
+    # trainer's evaluation split, a restart in-process) with the process's caches warm
+    start = time.perf_counter()
+    pi_loader.Dataset(str(args.lake), seed=args.seed, action_horizon=args.horizon, **cache)
+    open_again_s = time.perf_counter() - start
     after_open = {"hwm_mb": _mb(proc_kb("self", "VmHWM")), "rss_mb": _mb(proc_kb("self", "VmRSS"))}
     loader = pi_loader.Loader(
         ds, batch_size=args.batch_size, shard=pi_loader.ShardSpec(index=0, count=1), num_workers=args.workers
@@ -118,6 +123,7 @@ def probe(args: argparse.Namespace) -> dict[str, Any]:
         "episodes": len(ds.episode_ids),
         "samples": len(ds),
         "open_s": round(open_s, 3),
+        "open_again_s": round(open_again_s, 3),
         "cache": cache,
         "main_after_open": after_open,
         "main": {"hwm_mb": _mb(proc_kb("self", "VmHWM")), "rss_anon_mb": _mb(proc_kb("self", "RssAnon"))},

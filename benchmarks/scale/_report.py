@@ -239,7 +239,7 @@ def print_table(results: dict[str, Any]) -> None:
     )
     print("|" + " --- |" * 12)
     for s in sorted(results["sizes"], key=lambda s: s["episodes"]):
-        c, log, q, p = s["commit"], s["delta_log"], s["catalog_queries"], s.get("probe") or {}
+        c, log, q, p = s["commit"], s.get("delta_log") or {}, s["catalog_queries"], s.get("probe") or {}
         logs = "/".join(
             _fmt(log.get(t, {}).get("log_bytes", 0) / 2**20, ".2f") for t in ("episodes", "steps", "video")
         )
@@ -308,14 +308,14 @@ def plot(results: dict[str, Any], path: Path) -> None:
     for i, table in enumerate(("episodes", "steps", "video")):
         ax.plot(
             x,
-            [s["delta_log"].get(table, {}).get("log_bytes", 0) / 2**20 for s in sizes],
+            [(s.get("delta_log") or {}).get(table, {}).get("log_bytes", 0) / 2**20 for s in sizes],
             "o-",
             color=f"C{i}",
             label=f"{table} _delta_log",
         )
         ax.plot(
             x,
-            [s["delta_log"].get(table, {}).get("checkpoint_bytes", 0) / 2**20 for s in sizes],
+            [(s.get("delta_log") or {}).get(table, {}).get("checkpoint_bytes", 0) / 2**20 for s in sizes],
             "x--",
             color=f"C{i}",
             label=f"{table} checkpoints",

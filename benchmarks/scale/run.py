@@ -135,7 +135,16 @@ def probe(
     result["host"] = "warm"
     result["cold_host"] = {
         key: cold.get(key)
-        for key in ("bytes_read", "bytes_read_per_sample", "loader_stats", "workers", "main", "error")
+        for key in (
+            "open_s",
+            "open_again_s",
+            "bytes_read",
+            "bytes_read_per_sample",
+            "loader_stats",
+            "workers",
+            "main",
+            "error",
+        )
         if key in cold
     }
     return result

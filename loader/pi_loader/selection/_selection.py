@@ -227,7 +227,7 @@ def select_episodes(
         rows = read_committed_episodes(
             episodes, storage, ids, rows_directory, deleted_ids=deleted, unreadable=unreadable
         )
-    found = rows.column("episode_id").to_pylist() if rows.num_rows else []
+    found = _strings(rows.column("episode_id")) if rows.num_rows else []
     damage = _damage_note(unreadable)
     if ids is not None and pinned is None:
         missing = sorted(set(ids) - set(found))
@@ -250,7 +250,7 @@ def select_episodes(
             + (f" (sql: {sql})" if sql else f" (lake: {layout.root})")
             + damage
         )
-    attempts = rows.column("attempt_id").to_pylist()
+    attempts = _strings(rows.column("attempt_id"))
     if latest is not None and rows_directory is not None and not unreadable and versions == latest[1]:
         OpenCache(rows_directory.parent / "opens").save(latest[0], versions, rows, sorted(checksummed))
     # A reopened snapshot keeps its identity (its recorded versions and time): its fingerprint,
@@ -269,6 +269,12 @@ def select_episodes(
         unreadable,
         checksummed,
     )
+
+
+def _strings(column: pa.ChunkedArray) -> list[str]:
+    """A string column of every selected row as Python strs: through NumPy, ~10x faster than
+    `to_pylist` (measured: 0.68 -> 0.06 s for 200,000 ids; a million-episode open read two)."""
+    return list(column.to_numpy(zero_copy_only=False).tolist())
 
 
 def _latest_selection(
@@ -321,7 +327,7 @@ def _check_pinned_rows(
     rows: pa.Table, pinned: Snapshot, layout: LakeLayout, version: int, unreadable: list[Unreadable]
 ) -> None:
     """Every (episode, attempt) pair of `pinned` must have its row in the lake."""
-    got = set(zip(rows.column("episode_id").to_pylist(), rows.column("attempt_id").to_pylist(), strict=True))
+    got = set(zip(_strings(rows.column("episode_id")), _strings(rows.column("attempt_id")), strict=True))
     lost = [(e, a) for e, a in zip(pinned.episode_ids, pinned.attempt_ids, strict=True) if (e, a) not in got]
     if lost:
         raise SnapshotDataMissingError(
