@@ -6,7 +6,7 @@ decoder with no demuxer: `frame_packets` picks the access units of the asked fra
 CPU decoder feeds FFmpeg) and refuses what is not a lake chunk before it reaches the GPU; each
 unit becomes one `PyNvVideoCodec.PacketData` pointing at the chunk's bytes. NVDEC converts to
 interleaved RGB on the GPU and hands the frame over by DLPack; it is copied into the batch's row
-on the same CUDA stream (the decoder reuses its surfaces). One decoder per frame size is kept
+on the same CUDA stream and context as torch (the decoder reuses its surfaces). One decoder per frame size is kept
 (creating one costs milliseconds); the lake writes no B-frames (x264 bframes=0), so the decoder
 runs in low-latency mode and every packet's frame comes out as it is fed.
 
@@ -80,7 +80,7 @@ class NvdecDecoder:
                 decoder = nvc.CreateDecoder(
                     gpuid=self._options.device,
                     codec=nvc.cudaVideoCodec.H264,
-                    cudacontext=0,
+                    cudacontext=_torch_context(torch, self._device),
                     cudastream=torch.cuda.current_stream(self._device).cuda_stream,
                     usedevicememory=True,
                     outputColorType=nvc.OutputColorType.RGB,
@@ -178,3 +178,21 @@ class NvdecDecoder:
                 f"NVDEC decoded a {tuple(frame.shape)} frame, the chunk's row says {height}x{width}x3"
             )
         row.copy_(frame)  # on the decoder's stream (torch's current one): before the surface is reused
+
+
+def _torch_context(torch: Any, device: Any) -> int:
+    """The CUDA context torch runs on for `device` (its primary context), as a handle for
+    PyNvVideoCodec: the decoder, its frames and torch's stream must share one context. 0 (the
+    library picks the device's primary context itself) when it cannot be read."""
+    import ctypes
+
+    with torch.cuda.device(device):
+        torch.empty(1, device=device)  # makes torch's context current on this thread
+        try:
+            libcuda = ctypes.CDLL("libcuda.so.1")
+            handle = ctypes.c_void_p()
+            if libcuda.cuCtxGetCurrent(ctypes.byref(handle)) != 0:
+                return 0
+            return int(handle.value or 0)
+        except OSError:
+            return 0
