@@ -15,16 +15,32 @@ from pathlib import Path
 from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
-STRETCH = 60  # one scrape a second, one promtool minute a scrape
-SECONDS_GAUGES = ("pilake_uploader_oldest_spooled_seconds",)
+STRETCH = 60  # one scrape a second, one promtool minute a scrape (a case's scrape_s: 60 / scrape_s)
+MIN_SCRAPES = 30  # a 15m window and a 10m `for` after the fault, and a quiet start
+# series measured in seconds of wall time (a gauge of an age, a counter of seconds spent): one
+# recorded second is one promtool minute, so their values are stretched with the time axis
+SECONDS_GAUGES = ("pilake_uploader_oldest_spooled_seconds", "pilake_loader_wait_seconds_total")
 # the labels a Prometheus scrape adds, per endpoint kind
 TARGETS = {
     "uploader": {"job": "pilake-uploader", "instance": "robot-1:9461"},
     "stream": {"job": "pilake-stream", "instance": "taskmanager-0:9470"},
     "loader": {"job": "pilake-loader", "instance": "trainer-0:9480"},
+    "flink": {"job": "flink", "instance": "jobmanager-0:9249"},
+    # a Pushgateway's series (honor_labels: the pushed job label; the gateway's instance)
+    "verify": {"job": "pilake-verify", "instance": "pushgateway:9091"},
 }
 # the order of the cases in the test file (the record's keys may come in any order)
-CASE_ORDER = ("store_down", "uploader_never_acked", "broker_down", "healthy", "loader_healthy")
+CASE_ORDER = (
+    "store_down",
+    "uploader_never_acked",
+    "broker_down",
+    "healthy",
+    "loader_healthy",
+    "loader_starved",
+    "verify_damaged",
+    "sink_crash_looping",
+    "checkpoints_failing",
+)
 
 
 # The alerts that must fire at each case's last scrape; every other alert of alerts.yaml must
@@ -40,8 +56,20 @@ FIRING = {
     },
     "healthy": set(),
     "loader_healthy": set(),
+    "loader_starved": {"PilakeLoaderStarved"},
+    "verify_damaged": {"PilakeVerifyFoundDamage"},
+    # a sink failing at once fails every checkpoint too: none completes while the job restarts
+    "sink_crash_looping": {"PilakeStreamRestarting", "PilakeStreamCheckpointsFailing"},
+    # a checkpoint that fails fails the job too (Flink tolerates no failed checkpoint by
+    # default): it restarts after each
+    "checkpoints_failing": {"PilakeStreamCheckpointsFailing", "PilakeStreamRestarting"},
 }
 NOT_EVALUATED = ("PilakeStreamJobDown",)
+# recorded but not rendered: a Unix time in ms, which promtool's clock (0 at the start) cannot
+# compare with time() (PilakeStreamCheckpointOld keeps its hand-written case)
+NOT_RENDERED = ("flink_jobmanager_job_lastCheckpointCompletedTimestamp",)
+# alerts whose annotation shows {{ $value }}, a gauge's max at the last scrape: the gauge
+VALUE_GAUGES = {"PilakeVerifyFoundDamage": "pilake_verify_damaged_places"}
 # the generated freshness case: 10 episodes a minute, 2 s late, then 450 s late from minute 15
 FRESH_S, LATE_S, LATE_FROM_MIN, PER_MIN, FRESHNESS_MINUTES = 2.0, 450.0, 15, 10, 45
 
@@ -53,21 +81,35 @@ def _rules() -> dict[str, dict[str, Any]]:
     return {r["alert"]: r for g in doc["groups"] for r in g["rules"] if "alert" in r}
 
 
-def _expect(rule: dict[str, Any], instance: str, value: str | None = None) -> list[str]:
+def _expect(
+    rule: dict[str, Any], instance: str, value: str | None = None, series: dict[str, str] | None = None
+) -> list[str]:
+    """The expected alert; `series`: the labels of the series an unaggregated rule keeps."""
     labels = {"severity": rule["labels"]["severity"]}
     if "by (instance)" in rule["expr"]:
         labels["instance"] = instance
+    labels = {**(series or {}), **labels}
     lines = ["        exp_alerts:", "          - exp_labels:"]
     lines += [f"              {k}: {json.dumps(v)}" for k, v in labels.items()]
     lines += ["            exp_annotations:"]
     for key in ("summary", "description"):
         text = rule["annotations"][key].replace("{{ $labels.instance }}", instance)
+        for label, label_value in (series or {}).items():
+            text = text.replace(f"{{{{ $labels.{label} }}}}", label_value)
         if "{{" in text and value is not None:
             text = text.replace("{{ $value }}", value)
         if "{{" in text:
             raise SystemExit(f"{rule['alert']}: render cannot fill {text!r}")
         lines += [f"              {key}: {json.dumps(text)}"]
     return lines
+
+
+def _labels(key: str) -> dict[str, str]:
+    """The labels of a recorded series key, name{a="x",b="y"} (values without quotes or commas)."""
+    inner = key[key.index("{") + 1 : -1]
+    return dict(
+        (part.split("=", 1)[0], part.split("=", 1)[1].strip('"')) for part in inner.split(",") if part
+    )
 
 
 def _values(values: list[float | None]) -> str:
@@ -77,18 +119,21 @@ def _values(values: list[float | None]) -> str:
 def _case_lines(name: str, case: dict[str, Any], rules: dict[str, dict[str, Any]]) -> list[str]:
     lines = [f"  # {name}: recorded {case['recorded']}", "  - interval: 1m", "    input_series:"]
     length = 0
+    stretch = 60 / case.get("scrape_s", 60 / STRETCH)
     for kind, scrapes in case["scrapes"].items():
         length = len(scrapes)
         target = ",".join(f'{k}="{v}"' for k, v in TARGETS[kind].items())
         for key in sorted({k for scrape in scrapes for k in scrape}):
             brace = key.index("{")
             name_, labels = key[:brace], key[brace + 1 : -1]
-            factor = STRETCH if name_ in SECONDS_GAUGES else 1
+            if name_ in NOT_RENDERED:
+                continue
+            factor = stretch if name_ in SECONDS_GAUGES else 1
             values = [None if sc.get(key) is None else sc[key] * factor for sc in scrapes]
             series = f"{name_}{{{labels + ',' if labels else ''}{target}}}"
             lines += [f"      - series: '{series}'", f"        values: '{_values(values)}'"]
-    if length < 40:
-        raise SystemExit(f"{name}: {length} scrapes are too few (a 10m window and a 30m `for`)")
+    if length < MIN_SCRAPES:
+        raise SystemExit(f"{name}: {length} scrapes are too few (a 15m window and a 10m `for`)")
     lines += ["    alert_rule_test:"]
     instance = {kind: TARGETS[kind]["instance"] for kind in case["scrapes"]}
     for alert in [a for a in rules if a not in NOT_EVALUATED]:
@@ -96,8 +141,16 @@ def _case_lines(name: str, case: dict[str, Any], rules: dict[str, dict[str, Any]
         lines += ["      - eval_time: 2m", f"        alertname: {alert}", "        exp_alerts: []"]
         lines += [f"      - eval_time: {length - 1}m", f"        alertname: {alert}"]
         if alert in FIRING[name]:
-            kind = "uploader" if "uploader" in alert.lower() else "stream"
-            lines += _expect(rules[alert], instance[kind])
+            kind = next((k for k in ("uploader", "loader", "verify") if k in alert.lower()), "stream")
+            kind = kind if kind in instance else next(iter(instance))  # the Flink cases: "flink"
+            value = None
+            if alert in VALUE_GAUGES:
+                last = case["scrapes"][kind][-1]
+                value = f"{max(v for k, v in last.items() if k.startswith(VALUE_GAUGES[alert] + '{')):g}"
+            kept: dict[str, str] | None = None
+            if kind == "flink":  # Flink's rules keep their series' labels (no aggregation)
+                kept = {**_labels(next(iter(case["scrapes"][kind][-1]))), **TARGETS[kind]}
+            lines += _expect(rules[alert], instance[kind], value, kept)
         else:
             lines += ["        exp_alerts: []"]
     return lines
@@ -148,7 +201,7 @@ def render(doc: dict[str, Any]) -> str:
     lines = [
         "# GENERATED by scripts/record_alert_metrics.py --render from testdata/alert_metrics.json: do",
         "# not edit. The alerts over series recorded while each failure was produced (one scrape =",
-        "# 1m; pilake_uploader_oldest_spooled_seconds x60 with it). alerts_static_test.yaml has the rest.",
+        "# 1m; the seconds series, SECONDS_GAUGES, x60 with it). alerts_static_test.yaml has the rest.",
         "rule_files:",
         "  - alerts.yaml",
         "evaluation_interval: 1m",

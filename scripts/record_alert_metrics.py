@@ -16,21 +16,37 @@ over HTTP once a second, as Prometheus would:
 - uploader_never_acked: an uploader submits episodes and no stream job runs;
 - broker_down: an uploader whose broker stopped before it uploads: its sends fail;
 - loader_healthy: a loader (default global shuffle) whose consumer works 0.2 s per batch: no
-  alert may fire (the old PilakeLoaderCacheCold did: video-chunk hit ratio 0.22).
+  alert may fire (the old PilakeLoaderCacheCold did: video-chunk hit ratio 0.22);
+- loader_starved: a loader that cannot keep up: one worker decoding 2 cameras of 320x240 frames
+  with a frame of history, for a consumer that asks for the next batch at once (a fast training
+  step): the consumer waits in next() most of the time (pilake_loader_wait_seconds_total);
+- verify_damaged: `pilake verify --metrics-file` on a clean lake, then on the lake with a byte
+  of a steps page flipped (exit 2): pilake_verify_damaged_places 0, then 1 (the file read once a
+  second, as node exporter's textfile collector serves it);
+- sink_crash_looping: the stream job on a local Flink session cluster (`pilake stream --cluster`,
+  restarts without end as deployed) with Flink's Prometheus reporter; after 5 scrapes the lake is
+  made immutable (chattr +i): the sink fails at once, Flink restarts the job again and again;
+- checkpoints_failing: the same, but the job's checkpoint directory is made immutable: every
+  checkpoint fails (and, tolerating none, Flink restarts the job).
+The Flink cases scrape every 15 s (FLINK_SCRAPE_S: a restart takes its back-off, up to 30 s,
+plus a restore), so their stretch is 4, not 60 (the case's "scrape_s").
 
 The scrapes go to deploy/prometheus/testdata/alert_metrics.json as served (the pilake_* series
 the alerts and their neighbours read). `--render` writes deploy/prometheus/alerts_test.yaml:
 each recorded scrape becomes one minute of promtool input (the runs last seconds; the alerts
 need tens of minutes), so the time axis is stretched 60 times. Counters and their rates keep
-their ratios under that stretch; the one gauge measured in seconds
-(pilake_uploader_oldest_spooled_seconds) is multiplied by 60 with it. Histogram buckets are
-rendered as served (the freshness histogram's `le` values are the code's FRESHNESS_BUCKETS).
+their ratios under that stretch; the series measured in seconds of wall time
+(pilake_uploader_oldest_spooled_seconds, pilake_loader_wait_seconds_total) are multiplied by 60
+with it. Histogram buckets are rendered as served (the freshness histogram's `le` values are
+the code's FRESHNESS_BUCKETS).
 tests/deploy/test_prometheus.py checks that the committed test file is what `--render` makes
 of the committed record, so no value in it is typed by hand.
 
 The few alerts whose failure is not produced here (Kafka's and ClickHouse's, series of other
-programs; a 95th percentile freshness over 300 s, which needs an outage longer than 5 minutes;
-the stream job's workers gone for 10 minutes) keep hand-written cases in alerts_static_test.yaml.
+programs; kube-state-metrics' failed Jobs, which need a cluster; a 95th percentile freshness over
+300 s, which needs an outage longer than 5 minutes; the stream job's workers gone for 10 minutes;
+a checkpoint 30 minutes old, a Unix time promtool's clock cannot be compared with) keep
+hand-written cases in alerts_static_test.yaml.
 """
 
 from __future__ import annotations
@@ -50,7 +66,16 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+from scripts.alert_metrics_cases import (
+    FLINK_KEPT,
+    _uploader,
+    record_checkpoints_failing,
+    record_sink_crash_looping,
+    record_verify_damaged,
+)
 from scripts.alert_metrics_render import CASE_ORDER, FIRING, render
+
+__all__ = ["CASES", "FLINK_KEPT", "RECORD", "main", "record", "render"]
 
 ROOT = Path(__file__).resolve().parents[1]
 RECORD = ROOT / "deploy" / "prometheus" / "testdata" / "alert_metrics.json"
@@ -58,15 +83,18 @@ TEST_FILE = ROOT / "deploy" / "prometheus" / "alerts_test.yaml"
 STORE_STOP_AT = 8  # store_down: the scrape after which the object store is stopped
 SCRAPES = 45  # per case: enough for a 10m window plus a 30m `for` (stretched)
 # the series kept from each endpoint (the _created gauges and help text are not)
-KEPT_PREFIXES = ("pilake_uploader_", "pilake_stream_", "pilake_loader_")
+KEPT_PREFIXES = ("pilake_uploader_", "pilake_stream_", "pilake_loader_", "pilake_verify_")
 DROPPED_SUFFIXES = ("_created",)
 
 
 def _scrape(port: int) -> dict[str, float]:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+        return _kept(response.read().decode())
+
+
+def _kept(text: str) -> dict[str, float]:
     from prometheus_client.parser import text_string_to_metric_families
 
-    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
-        text = response.read().decode()
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
@@ -116,23 +144,6 @@ def _record_scrapes(
             raise RuntimeError(f"no metrics from {sorted(set(ports) - set(now))} within 240 s")
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     return got
-
-
-def _uploader(stack: Any, name: str, port: int) -> Any:
-    from pi_ingest import Uploader, UploaderConfig
-
-    spool = stack.home / f"spool-{name}"
-    stack.spool_dirs.append(spool)
-    return Uploader(
-        UploaderConfig(
-            stack.bootstrap,
-            spool,
-            delivery_timeout_s=5.0,
-            backoff_initial_s=0.2,
-            backoff_max_s=2.0,
-            metrics_port=port,
-        )
-    )
 
 
 def _stream_case(
@@ -275,7 +286,9 @@ def record_broker_down(tmp: Path, uploader_port: int) -> dict[str, Any]:
     return {"scrapes": got}
 
 
-def _loader_case(tmp: Path, name: str, *, size: tuple[int, int], consumer_s: float) -> dict[str, Any]:
+def _loader_case(
+    tmp: Path, name: str, *, size: tuple[int, int], consumer_s: float, frame_history: int = 0
+) -> dict[str, Any]:
     from pi_loader import Dataset, Loader, SampleSpec, ShardSpec
     from pi_loader.delivery import _metrics as loader_metrics
 
@@ -291,7 +304,9 @@ def _loader_case(tmp: Path, name: str, *, size: tuple[int, int], consumer_s: flo
         garbage_attempt=False,
     )
     port = loader_metrics.served_port() or _free_port()
-    dataset = Dataset(lake.layout.root, spec=SampleSpec(action_horizon=4), seed=1)
+    dataset = Dataset(
+        lake.layout.root, spec=SampleSpec(action_horizon=4, frame_history=frame_history), seed=1
+    )
     stop = threading.Event()
     with Loader(
         dataset, batch_size=8, num_workers=1, prefetch_batches=4, shard=ShardSpec(0, 1), metrics_port=port
@@ -312,12 +327,22 @@ def _loader_case(tmp: Path, name: str, *, size: tuple[int, int], consumer_s: flo
         finally:
             stop.set()
             thread.join(timeout=60)
-    return {"scrapes": got, "frames": list(size), "consumer_s_per_batch": consumer_s}
+    return {
+        "scrapes": got,
+        "frames": list(size),
+        "frame_history": frame_history,
+        "consumer_s_per_batch": consumer_s,
+    }
 
 
 def record_loader_healthy(tmp: Path, uploader_port: int) -> dict[str, Any]:
     # 32x32 frames; the consumer's step takes 0.2 s: a loader that keeps up with its trainer
     return _loader_case(tmp, "healthy", size=(32, 32), consumer_s=0.2)
+
+
+def record_loader_starved(tmp: Path, uploader_port: int) -> dict[str, Any]:
+    # 320x240 frames, a frame of history, one worker; the consumer asks again at once
+    return _loader_case(tmp, "starved", size=(320, 240), consumer_s=0.0, frame_history=1)
 
 
 CASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
@@ -326,6 +351,10 @@ CASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "broker_down": record_broker_down,
     "healthy": record_healthy,
     "loader_healthy": record_loader_healthy,
+    "loader_starved": record_loader_starved,
+    "verify_damaged": record_verify_damaged,
+    "sink_crash_looping": record_sink_crash_looping,
+    "checkpoints_failing": record_checkpoints_failing,
 }
 # every recorded case is rendered and has its expected alerts
 assert set(CASES) == set(CASE_ORDER) == set(FIRING), (set(CASES), set(CASE_ORDER), set(FIRING))

@@ -77,13 +77,32 @@ def test_every_alert_fires_in_a_unit_test_and_names_registered_series() -> None:
     names = {rule["alert"] for rule in _alerts()}
     assert names == firing, f"alerts without a case where they fire: {names - firing}"
     assert names == quiet, f"alerts without a case where they stay quiet: {names - quiet}"
-    registered = set(INGEST) | set(STREAM) | set(LOADER) | set(TRAIN)
+    from pi_jobs.integrity._metrics import METRIC_NAMES as VERIFY
+
+    registered = set(INGEST) | set(STREAM) | set(LOADER) | set(TRAIN) | set(VERIFY)
     for rule in _alerts():
         for series in re.findall(r"\bpilake_[a-z0-9_]+", rule["expr"]):
             base = re.sub(r"_(bucket|sum|count)$", "", series) if "_seconds_" in series else series
             assert base in registered, f"{rule['alert']}: {series} is not registered"
         for key in ("summary", "description"):
             assert rule["annotations"][key], (rule["alert"], key)
+
+
+def test_every_alert_signal_has_a_dashboard_panel() -> None:
+    """Each series an alert reads is drawn by some panel of deploy/grafana/pilake.json (whose
+    pilake_* names tests/jobs/test_metrics.py checks against what the code exports)."""
+    doc = json.loads(DASHBOARD.read_text())
+    drawn = {
+        name
+        for panel in doc["panels"]
+        for target in panel.get("targets", [])
+        for name in re.findall(r"\b[A-Za-z_][A-Za-z0-9_]*", target["expr"])
+    }
+    for rule in _alerts():
+        names = re.findall(r"\b(?:pilake|flink|kafka|kube|ClickHouse)[A-Za-z0-9_]*", rule["expr"])
+        assert names, rule["alert"]
+        missing = sorted(set(names) - drawn)
+        assert not missing, f"{rule['alert']}: no panel draws {missing}"
 
 
 def _script(name: str) -> Any:
@@ -101,6 +120,7 @@ def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
     record; the record holds what the real stack served while each failure was produced, with
     the series and buckets the code registers (none invented)."""
     from pi_ingest._metrics import METRIC_NAMES as INGEST
+    from pi_jobs.integrity._metrics import METRIC_NAMES as VERIFY
     from pi_jobs.stream._metrics import FRESHNESS_BUCKETS
     from pi_jobs.stream._metrics import METRIC_NAMES as STREAM
     from pi_loader.delivery._metrics import METRIC_NAMES as LOADER
@@ -109,10 +129,11 @@ def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
     record = json.loads(script.RECORD.read_text())
     assert ALERTS_TEST.read_text() == script.render(record)
     assert set(record["cases"]) == set(script.CASES), "a case was never recorded"
-    registered = set(INGEST) | set(STREAM) | set(LOADER)
+    # the code's series, and Flink's reporter's job-scope series the alerts read
+    registered = set(INGEST) | set(STREAM) | set(LOADER) | set(VERIFY) | set(script.FLINK_KEPT)
     for name, case in record["cases"].items():
         for kind, scrapes in case["scrapes"].items():
-            assert len(scrapes) >= 40, (name, kind)
+            assert len(scrapes) >= (40 if "scrape_s" not in case else 30), (name, kind)
             for key in {k for sc in scrapes for k in sc}:
                 base = re.sub(r"_(bucket|sum|count)$", "", key[: key.index("{")])
                 assert base in registered or key[: key.index("{")] in registered, (name, key)
@@ -143,6 +164,29 @@ def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
     assert last("broker_down", "uploader", failures) > first("broker_down", "uploader", failures)
     chunks = "pilake_uploader_chunks_sent_total{}"
     assert last("broker_down", "uploader", chunks) == first("broker_down", "uploader", chunks)
+    # the loaders: the healthy one's consumer waited under a tenth of the last 10 s, the starved
+    # one's more than half (PilakeLoaderStarved's signal, a seconds counter: its rate)
+    wait = "pilake_loader_wait_seconds_total{}"
+    for name, low, high in (("loader_healthy", 0.0, 0.1), ("loader_starved", 0.5, 1.1)):
+        scrapes = record["cases"][name]["scrapes"]["loader"]
+        assert low <= (scrapes[-1][wait] - scrapes[-11][wait]) / 10 <= high, name
+    # pilake verify: clean (0 damaged places) until the byte flip, then the run that found it
+    verify = [
+        sc["pilake_verify_damaged_places{}"] for sc in record["cases"]["verify_damaged"]["scrapes"]["verify"]
+    ]
+    assert verify[0] == 0 and verify[-1] >= 1 and record["cases"]["verify_damaged"]["exit_codes"] == [0, 2]
+
+    # Flink: the sink crash-looping restarted the job again and again; checkpoints failed and
+    # none completed after the checkpoint directory became unwritable
+    def flink(name: str, metric: str) -> list[float]:
+        scrapes = record["cases"][name]["scrapes"]["flink"]
+        return [next(v for k, v in sc.items() if k.startswith(metric + "{")) for sc in scrapes]
+
+    restarts = flink("sink_crash_looping", "flink_jobmanager_job_numRestarts")
+    assert restarts[-1] - restarts[-16] > 3
+    failed = flink("checkpoints_failing", "flink_jobmanager_job_numberOfFailedCheckpoints")
+    completed = flink("checkpoints_failing", "flink_jobmanager_job_numberOfCompletedCheckpoints")
+    assert failed[-1] > failed[-16] and completed[-1] == completed[-21]
     # the freshness buckets served are the code's, and the alert's threshold is one of them
     les = {
         re.search(r'le="([^"]+)"', k).group(1)  # type: ignore[union-attr]

@@ -38,7 +38,6 @@ def lake(clean_root: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> L
     shutil.copytree(clean_root, tmp_path / "lake")
     monkeypatch.setenv("PILAKE_HOME", str(tmp_path / "home"))
     monkeypatch.setenv("PILAKE_LAKE", str(tmp_path / "lake"))
-    monkeypatch.delenv("PILAKE_VERIFY_PUSHGATEWAY", raising=False)
     return LakeLayout(str(tmp_path / "lake"))
 
 

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -115,10 +114,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "(node exporter's textfile collector directory, e.g. .../pilake-verify.prom)",
     )
     p.add_argument(
-        "--pushgateway",
-        default=os.environ.get("PILAKE_VERIFY_PUSHGATEWAY") or None,
-        help="push the run's figures to this Pushgateway, e.g. http://pushgateway:9091 "
-        "(default: $PILAKE_VERIFY_PUSHGATEWAY)",
+        "--pushgateway", help="push the run's figures to this Pushgateway, e.g. http://pushgateway:9091"
     )
     p.set_defaults(func=_cmd_verify)
     p = sub.add_parser(
