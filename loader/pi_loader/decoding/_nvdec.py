@@ -6,9 +6,10 @@ decoder with no demuxer: `frame_packets` picks the access units of the asked fra
 CPU decoder feeds FFmpeg) and refuses what is not a lake chunk before it reaches the GPU; each
 unit becomes one `PyNvVideoCodec.PacketData` pointing at the chunk's bytes. NVDEC converts to
 interleaved RGB on the GPU and hands the frame over by DLPack; it is copied into the batch's row
-on the same CUDA stream and context as torch (the decoder reuses its surfaces). One decoder per frame size is kept
-(creating one costs milliseconds); the lake writes no B-frames (x264 bframes=0), so the decoder
-runs in low-latency mode and every packet's frame comes out as it is fed.
+on the same CUDA stream and context as torch (the decoder reuses its surfaces). One decoder per
+frame size is kept (creating one costs milliseconds); the lake writes no B-frames (x264
+bframes=0), so the decoder runs in low-latency mode and every packet's frame comes out as it is
+fed.
 
 PyNvVideoCodec and torch are imported only when a decoder is made; `import pi_loader` never
 loads them.
