@@ -186,6 +186,7 @@ def test_status_shows_a_live_endpoint(tmp_path: Path) -> None:
         lines = metrics_lines(settings)
         assert lines[0] == f"loader http://127.0.0.1:{port}/metrics"
         assert "samples" in lines[1] and "cache hit ratio" in lines[2]
+        assert "s for batches" in lines[1]  # the consumer's wait (PilakeLoaderStarved's signal)
     finally:
         server.shutdown()
         thread.join(timeout=10)

@@ -185,7 +185,8 @@ def _loader_lines(s: Scrape) -> list[str]:
     return [
         f"{s.total('pilake_loader_samples_total'):.0f} samples "
         f"({s.total('pilake_loader_samples_per_second'):.1f}/s since the last scrape), "
-        f"{_mb(s.total('pilake_loader_bytes_read_total'))} read",
+        f"{_mb(s.total('pilake_loader_bytes_read_total'))} read, "
+        f"consumer waited {s.total('pilake_loader_wait_seconds_total'):.1f} s for batches",
         f"prefetch: {s.total('pilake_loader_prefetch_ready_batches'):.0f} ready, "
         f"{s.total('pilake_loader_prefetch_in_flight_batches'):.0f} in flight; cache hit ratio: "
         + (", ".join(f"{k} {v:.0%}" for k, v in sorted(hits.items())) or "none"),
