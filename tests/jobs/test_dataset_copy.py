@@ -109,7 +109,9 @@ def test_copy_local_to_s3_killed_half_way_resumes_then_to_local_reads_identical_
     again = copy_dataset(source.root, "pick-v1", remote, show_progress=False)  # nothing new: a no-op
     assert (again.files_sent, again.rows_committed["episodes"]) == (0, 0)
 
-    back = copy_dataset(remote, "pick-v1", str(tmp_path / "dst"), options=CopyOptions(workers=4, part_mib=1))
+    back = copy_dataset(  # readback: every written file read back against the source's sha256
+        remote, "pick-v1", str(tmp_path / "dst"), options=CopyOptions(workers=4, part_mib=1, readback=True)
+    )
     assert back.files_sent == 6
     fingerprint_back, samples_back, _ = _samples(str(tmp_path / "dst"), "pick-v1")
     assert fingerprint_back == fingerprint

@@ -108,3 +108,20 @@ def test_hostile_destination_bytes_are_refused_before_anything_is_written(
     with pytest.raises((CopyError, ValueError)):
         copy_dataset(lake.root, "pick-v1", str(tmp_path / "nul\x00byte"), show_progress=False)
     assert not list(tmp_path.iterdir())
+
+
+def test_a_truncated_source_file_fails_the_copy_naming_it_and_commits_no_pin(tmp_path: Path) -> None:
+    layout = LakeLayout(str(tmp_path / "src"))
+    append_episodes(
+        layout, [make_episode(i, steps=8, cameras=("front",), size=SIZE, seed=0) for i in range(2)], SIZE
+    )
+    create_dataset(layout, "pick-v1")
+    video = next(p for p in _files(layout) if p.parent.name == "video")
+    data = video.read_bytes()
+    video.write_bytes(data[: len(data) // 2])
+    with pytest.raises(
+        CopyError, match=rf"{video.name} failed its checks twice: read {len(data) // 2} bytes"
+    ):
+        copy_dataset(layout.root, "pick-v1", str(tmp_path / "dst"), show_progress=False)
+    assert PinStore(LakeLayout(str(tmp_path / "dst"))).find("pick-v1") is None
+    assert not (tmp_path / "dst" / "video" / video.name).exists()
