@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from typing import Any
 
 import pyarrow as pa
 
@@ -36,6 +37,14 @@ _PLAIN_WITH_CRC = re.compile(
     re.DOTALL,
 )
 
+# a dictionary page: fields 1-4 as above, then 7 (dictionary_page_header: num_values, encoding,
+# is_sorted optional), STOP, STOP
+_DICTIONARY_WITH_CRC = re.compile(
+    rb"\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x15" + _VARINT + rb"\x3c"
+    rb"\x15[\x80-\xff]{0,4}[\x00-\x7f]\x15[\x80-\xff]{0,4}[\x00-\x7f](?:\x11|\x12)?\x00\x00",
+    re.DOTALL,
+)
+
 
 def _zigzag(raw: bytes) -> int:
     value, shift = 0, 0
@@ -45,39 +54,62 @@ def _zigzag(raw: bytes) -> int:
     return (value >> 1) ^ -(value & 1)
 
 
-def _chunks(metadata: object) -> list[tuple[int, int]]:
-    """(first byte, length) of every column chunk, from the footer."""
+def _chunks(metadata: Any) -> list[tuple[int, int]] | None:
+    """(first byte, length) of every column chunk, from the footer; None when a chunk's column
+    path is not the schema's (a damaged footer: the page CRCs do not cover it)."""
     out = []
-    md = metadata
-    for i in range(md.num_row_groups):  # type: ignore[attr-defined]
-        group = md.row_group(i)  # type: ignore[attr-defined]
+    paths = [metadata.schema.column(c).path for c in range(metadata.num_columns)]
+    for i in range(metadata.num_row_groups):
+        group = metadata.row_group(i)
+        if group.num_columns != len(paths):
+            return None
         for c in range(group.num_columns):
             column = group.column(c)
+            if column.path_in_schema != paths[c]:
+                return None
             first = column.dictionary_page_offset if column.has_dictionary_page else column.data_page_offset
             out.append((int(first), int(column.total_compressed_size)))
     return out
 
 
-def _fast_walk(data: bytes, metadata: object) -> bool:
-    """True when every column chunk the footer lists is a run of pages of the plain shape whose
-    CRCs match; False for anything else (the slow check then decides)."""
+def _fast_walk(data: bytes, metadata: Any) -> bool:
+    """True when every column chunk the footer lists is a run of pages, each with a CRC that
+    matches (the plain and dictionary shapes matched in C, any other header parsed alone);
+    False for anything else (the slow check then decides)."""
     view = memoryview(data)
-    match = _PLAIN_WITH_CRC.match
+    from pi_format.lake._page_header import PageError, page_header
+
+    match, dictionary = _PLAIN_WITH_CRC.match, _DICTIONARY_WITH_CRC.match
     crc32 = zlib.crc32
     size = len(data)
-    for first, length in _chunks(metadata):
+    try:
+        chunks = _chunks(metadata)
+    except ValueError:  # a name that is not UTF-8
+        return False
+    if chunks is None:
+        return False
+    for first, length in chunks:
         pos, end = first, first + length
         if first < 4 or length <= 0 or end > size:
             return False
         while pos < end:
-            found = match(data, pos, end)
-            if found is None:
-                return False
-            body = found.end()
-            stop = body + _zigzag(found.group(3))
+            found = match(data, pos, end) or dictionary(data, pos, end)
+            if found is not None:
+                body = found.end()
+                stop = body + _zigzag(found.group(3))
+                crc = _zigzag(found.group(4))
+            else:  # another shape (a data page with statistics): this page's header alone in Python
+                try:
+                    header = page_header(view[:end], pos)
+                except PageError:
+                    return False
+                if header.crc is None:
+                    return False
+                body = pos + header.header_bytes
+                stop, crc = body + header.compressed_size, header.crc
             if stop > end or stop < body:
                 return False
-            if crc32(view[body:stop]) != _zigzag(found.group(4)) & 0xFFFFFFFF:
+            if crc32(view[body:stop]) != crc & 0xFFFFFFFF:
                 return False
             pos = stop
     return True
