@@ -193,3 +193,24 @@ def test_coalesce_covers_every_span_within_its_budget(spans: list[tuple[int, int
     assert sum(n for _, n in plan) <= union * (1 + COALESCE_BUDGET) + 1
     assert all(n <= MAX_COALESCED_BYTES for _, n in plan)
     assert [a for a, _ in plan] == sorted(a for a, _ in plan)
+
+
+def test_row_group_path_reads_through_ranges_like_local_disk(
+    seaweed: SeaweedS3, lake: tuple[Path, list[str]], tmp_path: Path
+) -> None:
+    # the path of files without a host index (pyarrow over a file object of ranges), and the
+    # page CRC walk, read the same rows as from local disk and fetch no more than they count
+    from pi_loader.reading._row_groups import RowGroupReader
+    from pi_loader.reading._storage import LocalStorage
+
+    root, ids = lake
+    ds = _remote(seaweed, "ranges-lake", ids, tmp_path / "cache")
+    remote, local = RowGroupReader(ds._storage), RowGroupReader(LocalStorage())
+    for table, columns in (("video", ["episode_id", "data"]), ("steps", ["episode_id", "action"])):
+        path = sorted(p for p in (root / table).glob("*.parquet") if "crashed" not in p.name)[0]
+        uri = seaweed.uri(f"ranges-lake/{table}/{path.name}")
+        before = range_counts()["s3_fetched_bytes"]
+        got = remote.read(uri, 0, columns, table=table, version=0)
+        assert got.equals(local.read(str(path), 0, columns, table=table, version=0))
+        remote.check_crcs_present(uri, 0, columns, table=table)
+        assert range_counts()["s3_fetched_bytes"] - before <= 1.5 * remote.bytes_read
