@@ -99,7 +99,7 @@ def test_copy_local_to_s3_killed_half_way_resumes_then_to_local_reads_identical_
     )
     assert killed.returncode == -9, killed.stderr
     assert PinStore(LakeLayout(remote)).find("pick-v1") is None  # no half-copied pin shows
-    resumed = _cli(["copy", "pick-v1", remote, "--json"], source.root, tmp_path / "h")
+    resumed = _cli(["copy", "pick-v1", remote, "--json", "--readback"], source.root, tmp_path / "h")
     assert resumed.returncode == 0, resumed.stderr
     report = json.loads(resumed.stdout)
     assert report["files"] == 6 and report["files_sent"] == 4 and report["files_already_there"] == 2

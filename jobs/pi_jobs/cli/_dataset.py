@@ -135,7 +135,7 @@ def _cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_copy(settings: Settings, args: argparse.Namespace) -> int:
     from pi_jobs.datasets import CopyOptions, CopyReport, copy_dataset
 
-    options = CopyOptions(workers=args.workers, part_mib=args.part_mib)
+    options = CopyOptions(workers=args.workers, part_mib=args.part_mib, readback=args.readback)
     if args.flink or args.cluster:  # a PyFlink batch job (pi_jobs.datasets._flink_copy)
         from pi_jobs.datasets._flink_copy import FlinkCopyOptions, copy_dataset_flink
 
@@ -217,6 +217,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--dest-catalog", default=None, help="the destination's catalog to bring up to date")
     c.add_argument("--workers", type=int, default=16, help="transfers in flight")
     c.add_argument("--part-mib", type=int, default=64, help="objects larger than this move in parts")
+    c.add_argument(
+        "--readback", action="store_true", help="read written files back, compare sha256 (2x traffic)"
+    )
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true")
     c.add_argument("--flink", action="store_true", help="run the copy as a PyFlink batch job (mini-cluster)")
@@ -227,6 +230,6 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("name")
     c.add_argument("--cache", required=True, help="the loader cache directory (train with --cache-dir DIR)")
     c.add_argument("--cache-gib", type=float, default=100.0, help="the cache's size limit")
-    c.add_argument("--workers", type=int, default=None, help="loader worker processes")
+    c.add_argument("--workers", type=int, default=None, help="files fetched at once (default 16)")
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.set_defaults(func=_cmd_stage)
