@@ -94,7 +94,7 @@ def main() -> None:
         root = Path(tmp)
         lake = build_lake(DataConfig(episodes=args.episodes, duration_s=4.0, size_px=96), root / "data")
         report = compact(LakeLayout(str(lake)))
-        files = {t: len(list((lake / t).glob("*.parquet"))) for t in ("episodes", "steps", "video")}
+        files = {t: int(report.files_after[t]) for t in ("episodes", "steps", "video")}  # live files
         port, key, secret = _free_port(), f"bench-{secrets.token_hex(4)}", secrets.token_urlsafe(24)
         config = ObjectStoreConfig(
             root / "s3", s3_port=port, bucket="bench", access_key_id=key, secret_access_key=secret
