@@ -30,7 +30,7 @@ from pi_format import LakeLayout
 from pi_loader.reading._retry import RetryConfig, classify, clean, retrying
 from pi_loader.reading._storage import S3Options, S3Storage, Storage
 
-__all__ = ["add_log_bytes", "delta_log_counts", "latest_versions", "open_delta"]
+__all__ = ["add_log_bytes", "delta_log_counts", "latest_commit_stamps", "latest_versions", "open_delta"]
 
 _COMMIT = re.compile(r"^(\d{20})\.json$")
 _CHECKPOINT = re.compile(r"^(\d{20})\.checkpoint(\.\d+\.\d+)?\.parquet$")
@@ -123,15 +123,44 @@ def add_log_bytes(count: int) -> None:
 
 def _log_entries(storage: Storage, log_uri: str) -> list[tuple[str, int]]:
     """(name, size) of every file in the table's `_delta_log/`."""
+    return [(name, size) for name, size, _ in _log_listing(storage, log_uri)]
+
+
+def _log_listing(storage: Storage, log_uri: str) -> list[tuple[str, int, int]]:
+    """(name, size, mtime in ns) of every file in the table's `_delta_log/`."""
     if isinstance(storage, S3Storage):
         import pyarrow.fs as pafs
 
         target = log_uri.split("://", 1)[1].rstrip("/")
         infos = storage.list_files(target, what=f"listing {log_uri}")
-        return [(i.base_name, int(i.size or 0)) for i in infos if i.type == pafs.FileType.File]
+        return [
+            (i.base_name, int(i.size or 0), int(i.mtime_ns or 0))
+            for i in infos
+            if i.type == pafs.FileType.File
+        ]
     local = log_uri[len("file://") :] if log_uri.startswith("file://") else log_uri
     with os.scandir(local) as entries:
-        return [(e.name, e.stat().st_size) for e in entries if e.is_file()]
+        return [(e.name, e.stat().st_size, e.stat().st_mtime_ns) for e in entries if e.is_file()]
+
+
+def latest_commit_stamps(layout: LakeLayout, storage: Storage, tables: Sequence[str]) -> dict[str, int]:
+    """The modification time (ns) of each table's newest commit file, or -1 for a table with no
+    log: a lake deleted and written again at the same root, to the same versions, has others
+    (a commit file is written once: Delta never rewrites one).
+
+    Raises:
+        StoreUnreachableError: the listing failed transiently until the retry deadline.
+    """
+    stamps: dict[str, int] = {}
+    for name in tables:
+        try:
+            entries = _log_listing(storage, f"{layout.table(name).rstrip('/')}/_delta_log")
+        except FileNotFoundError:
+            stamps[name] = -1
+            continue
+        commits = [(n, mtime) for n, _, mtime in entries if _COMMIT.match(n)]
+        stamps[name] = max(commits)[1] if commits else -1
+    return stamps
 
 
 def latest_versions(

@@ -16,7 +16,7 @@ from collections.abc import Sequence
 
 from pi_format import LakeLayout
 
-from pi_loader.reading._delta_log import add_log_bytes, latest_versions
+from pi_loader.reading._delta_log import add_log_bytes, latest_commit_stamps, latest_versions
 from pi_loader.reading._lake import READ_TABLES
 from pi_loader.reading._open_cache import OpenCache, OpenEntry, count
 from pi_loader.reading._retry import StoreUnreachableError
@@ -80,7 +80,11 @@ def latest_open_key(
         deletions = -1  # a lake older than deletions: none
     except OSError:
         return None
-    digest = hashlib.sha256(f"unpinned\n{deletions}\n".encode())
+    try:  # a lake written again at the same root, to the same versions, is another lake
+        stamps = latest_commit_stamps(layout, storage, (*READ_TABLES, "deletions"))
+    except OSError:
+        return None
+    digest = hashlib.sha256(f"unpinned\n{deletions}\n{sorted(stamps.items())}\n".encode())
     digest.update(b"*" if ids is None else "\x1f".join(sorted(ids)).encode())
     return digest.hexdigest()[:40], versions, log_bytes
 

@@ -55,3 +55,22 @@ def test_unpinned_open_reuses_the_cached_rows_until_a_commit_or_deletion(tmp_pat
     fourth = _open(root, cache)
     assert lake.episode_ids[0] not in fourth.episode_ids and len(fourth.episode_ids) == 3
     assert list(_open(root, cache).episode_ids) == list(fourth.episode_ids)
+
+
+def test_a_lake_written_again_at_the_same_root_is_not_served_from_the_cache(tmp_path: Path) -> None:
+    import shutil
+
+    import numpy as np
+
+    root, cache = tmp_path / "lake", tmp_path / "cache"
+    write_lake(root, episodes=2, steps=6, cameras=("front",), size=(32, 24), seed=0)
+    old = _open(root, cache)
+    shutil.rmtree(root)
+    write_lake(root, episodes=2, steps=6, cameras=("front",), size=(32, 24), seed=7)
+    new = _open(root, cache)  # same versions, other commits: a miss
+    fresh = _open(root, tmp_path / "other-cache")
+    assert new.snapshot.table_versions == old.snapshot.table_versions
+    assert new.snapshot.attempt_ids == fresh.snapshot.attempt_ids
+    for key, value in fresh[0].items():
+        if isinstance(value, np.ndarray):
+            np.testing.assert_array_equal(np.asarray(new[0][key]), np.asarray(value), err_msg=key)
