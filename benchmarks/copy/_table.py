@@ -18,7 +18,7 @@ def copy_table(b: Path) -> str:
         plain = sorted(r[f"{end}_plain_mib_s"] for r in doc["repeats"])
         rows.append(
             f"| {label} | {copy[len(copy) // 2]} | {plain[len(plain) // 2]} | "
-            f"{spread['median']:.2f} ({spread['min']:.2f}–{spread['max']:.2f}) | "
+            f"{spread['median']:.3f} ({spread['min']:.3f}–{spread['max']:.3f}) | "
             f"{'met' if doc['met'][end] else 'missed'} |"
         )
     return (
