@@ -44,6 +44,23 @@ def add_eval_arguments(p: argparse.ArgumentParser) -> None:
     )
 
 
+def add_lake_arguments(p: argparse.ArgumentParser) -> None:
+    """`--lake` and `--catalog`, as `pilake train` and `pilake eval` take them (read back by
+    `lake_options`)."""
+    p.add_argument("--lake", default=None, help="default: $PILAKE_LAKE or .pilake/lake")
+    p.add_argument("--catalog", default=None, help="default: $PILAKE_CATALOG or .pilake/catalog")
+
+
+def lake_options(settings: Settings, args: argparse.Namespace) -> dict[str, Any]:
+    """The `lake` and `catalog` of `add_lake_arguments`' flags, the installation's where not given."""
+    return {"lake": args.lake or settings.lake_root, "catalog": args.catalog or settings.catalog_path}
+
+
+def add_device_argument(p: argparse.ArgumentParser, default: str) -> None:
+    """`--device`: where the policy runs (pi_train's choices)."""
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default=default)
+
+
 def eval_options(args: argparse.Namespace) -> dict[str, Any]:
     """The TrainConfig fields of `add_eval_arguments`' flags."""
     return {
@@ -61,9 +78,8 @@ def _cmd_eval(settings: Settings, args: argparse.Namespace) -> int:
         report = evaluate_checkpoint(
             EvalConfig(
                 checkpoint=args.checkpoint,
-                lake=args.lake or settings.lake_root,
                 dataset=args.dataset,
-                catalog=args.catalog or settings.catalog_path,
+                **lake_options(settings, args),
                 run=args.run,
                 samples=args.samples,
                 batch_size=args.batch_size,
@@ -101,9 +117,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--samples", type=int, default=None, help="score this many samples (a fixed choice); default all"
     )
     p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="cpu")
+    add_device_argument(p, default="cpu")
     p.add_argument("--out", default=None, help="default: RUN/eval-DATASET-stepN")
     p.add_argument("--no-plot", action="store_true", help="skip eval.png")
-    p.add_argument("--lake", default=None, help="default: $PILAKE_LAKE or .pilake/lake")
-    p.add_argument("--catalog", default=None, help="default: $PILAKE_CATALOG or .pilake/catalog")
+    add_lake_arguments(p)
     p.set_defaults(func=_cmd_eval)

@@ -10,7 +10,13 @@ import argparse
 import dataclasses
 from typing import Any
 
-from pi_jobs.cli._eval import add_eval_arguments, eval_options
+from pi_jobs.cli._eval import (
+    add_device_argument,
+    add_eval_arguments,
+    add_lake_arguments,
+    eval_options,
+    lake_options,
+)
 from pi_jobs.settings import Settings
 
 
@@ -53,8 +59,7 @@ def train_config_from_args(settings: Settings, args: argparse.Namespace) -> Any:
     from pi_train import TrainConfig
 
     return TrainConfig(
-        lake=args.lake or settings.lake_root,
-        catalog=args.catalog or settings.catalog_path,
+        **lake_options(settings, args),
         sql=args.sql,
         dataset=args.dataset,
         mix=args.mix,
@@ -188,7 +193,7 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--image-size", type=_image_size, default=None, help="resize frames: N or HxW")
     p.add_argument("--log-every", type=int, default=10, help="steps per timing window")
     p.add_argument("--log-batches", action="store_true", help="log each batch's digest and sample ids")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
+    add_device_argument(p, default="auto")
     add_eval_arguments(p)  # --eval-dataset / --eval-fraction / --eval-every / --eval-samples
     p.add_argument(
         "--metrics-port",
@@ -205,6 +210,5 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         action="store_true",
         help="read the selection once into --cache-dir and exit, without training (an init step)",
     )
-    p.add_argument("--lake", default=None, help="default: $PILAKE_LAKE or .pilake/lake")
-    p.add_argument("--catalog", default=None, help="default: $PILAKE_CATALOG or .pilake/catalog")
+    add_lake_arguments(p)
     p.set_defaults(func=_cmd_stage_or_train)
