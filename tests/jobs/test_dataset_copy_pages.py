@@ -105,9 +105,16 @@ def test_hostile_destination_bytes_are_refused_before_anything_is_written(
     ):
         with pytest.raises((CopyError, ValueError), match=message):
             copy_dataset(lake.root, "pick-v1", dest, show_progress=False)
-    with pytest.raises((CopyError, ValueError)):
-        copy_dataset(lake.root, "pick-v1", str(tmp_path / "nul\x00byte"), show_progress=False)
-    assert not list(tmp_path.iterdir())
+    for dest in (
+        str(tmp_path / "nul\x00byte"),
+        str(tmp_path / "new\nline"),
+        str(tmp_path / "esc\x1b[2J"),
+        "s3://bu\x00cket/lake",
+        "   ",
+    ):
+        with pytest.raises(CopyError, match=r"lake root .*(control character|local path)"):
+            copy_dataset(lake.root, "pick-v1", dest, show_progress=False)
+    assert not list(tmp_path.iterdir())  # nothing made for any of them
 
 
 def test_a_truncated_source_file_fails_the_copy_naming_it_and_commits_no_pin(tmp_path: Path) -> None:

@@ -169,6 +169,19 @@ def _dest_tables(dest: LakeLayout, store: LakeStore) -> dict[str, Any]:
         ) from None  # the chained error's text could carry a credential
 
 
+def _check_root(what: str, root: str) -> None:
+    """A lake root with a control character (NUL, newline, ...) is refused before anything is
+    made: it names no sane path or bucket, and a newline in it would forge log lines."""
+    if not isinstance(root, str) or not root.strip():
+        raise CopyError(f"the {what} lake root must be a local path or s3://bucket/prefix, got {root!r}")
+    bad = sorted({c for c in root if ord(c) < 32 or ord(c) == 127})
+    if bad:
+        raise CopyError(
+            f"the {what} lake root {root!r} holds control character(s) {''.join(bad)!r}; give a local "
+            "path or s3://bucket/prefix without them"
+        )
+
+
 def _check_ends(source_root: str, dest_root: str) -> None:
     if contains(source_root, dest_root) or contains(dest_root, source_root):
         raise CopyError(
@@ -221,6 +234,8 @@ def copy_dataset(
     started = time.perf_counter()
     options = options or CopyOptions()
     check_pin_name(name)
+    _check_root("source", source_root)
+    _check_root("destination", dest_root)
     source, dest = LakeLayout(source_root), LakeLayout(dest_root)
     _check_ends(source.root, dest.root)
     source_store, dest_store = LakeStore.open(source.root), LakeStore.open(dest.root)
