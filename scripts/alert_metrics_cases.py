@@ -199,3 +199,103 @@ def record_sink_crash_looping(tmp: Path, uploader_port: int) -> dict[str, Any]:
 
 def record_checkpoints_failing(tmp: Path, uploader_port: int) -> dict[str, Any]:
     return _flink_case(tmp, "checkpoints_failing", uploader_port, fault="checkpoints")
+
+
+LOADER_FREEZE_AFTER = 5  # loader_store_frozen: the scrape after which SeaweedFS is SIGSTOPped
+
+
+def record_loader_store_frozen(tmp: Path, uploader_port: int) -> dict[str, Any]:
+    """A loader reading a lake on SeaweedFS (one file per episode and table, a cold host cache),
+    its consumer working 0.2 s per batch (as loader_healthy's); the recording starts with the first
+    batch handed out; after scrape LOADER_FREEZE_AFTER
+    the store is frozen (SIGSTOP: it holds its connections and answers nothing) for the rest of
+    the recording: the workers' reads wait on their timeouts and retries (RetryConfig deadline
+    900 s: the loader must not give up within the recording), the consumer waits in next()."""
+    import os
+    import signal
+    import threading
+
+    from pi_jobs.local.object_store import _read_state
+    from pi_loader import CacheConfig, Dataset, Loader, RetryConfig, SampleSpec, ShardSpec
+    from pi_loader.delivery import _metrics as loader_metrics
+    from pi_loader.reading._storage import S3Options
+
+    from tests.conftest import _free_port
+    from tests.fixtures.lake_factory import write_lake
+    from tests.fixtures.seaweedfs import seaweedfs
+
+    local = tmp / "lake-frozen"
+    write_lake(
+        local, episodes=48, steps=12, cameras=("front",), size=(32, 32), garbage_attempt=False, group=1
+    )
+    got: list[dict[str, float]] = []
+    with seaweedfs(tmp / "seaweedfs-loader", s3_port=_free_port()) as s3:
+        fs = S3Options.from_storage_options(s3.storage_options).filesystem()
+        for path in sorted(local.rglob("*")):
+            if path.is_file():
+                with fs.open_output_stream(f"{s3.bucket}/lake/{path.relative_to(local)}") as out:
+                    out.write(path.read_bytes())
+        dataset = Dataset(
+            s3.uri("lake"),
+            spec=SampleSpec(action_horizon=4),
+            seed=1,
+            storage_options=s3.storage_options,
+            cache=CacheConfig(tmp / "loader-cache", 10**9),
+            retry=RetryConfig(deadline_s=900, connect_timeout_s=2, request_timeout_s=5),
+        )
+        pid = _read_state(s3.run_dir)["pid"]
+        assert isinstance(pid, int)
+        port = loader_metrics.served_port() or _free_port()
+        stop = threading.Event()
+        with Loader(
+            dataset, batch_size=8, num_workers=1, prefetch_batches=2, shard=ShardSpec(0, 1), metrics_port=port
+        ) as loader:
+            port = loader_metrics.served_port() or port
+
+            def consume() -> None:
+                while not stop.is_set():
+                    for _batch in loader:
+                        if stop.is_set():
+                            return
+                        time.sleep(0.2)  # the training step
+
+            thread = threading.Thread(target=consume, daemon=True)
+            thread.start()
+            try:
+                frozen_at = None
+                deadline = time.monotonic() + 240
+                while len(got) < VERIFY_SCRAPES:
+                    tick = time.monotonic()
+                    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                        scrape = _parse_loader(response.read().decode())
+                    if not got and scrape["pilake_loader_batches_total{}"] < 1:
+                        if time.monotonic() > deadline:  # counting starts once batches come
+                            raise RuntimeError("the loader delivered no batch within 240 s")
+                        time.sleep(0.5)
+                        continue
+                    got.append(scrape)
+                    if frozen_at is None and len(got) > LOADER_FREEZE_AFTER:
+                        os.killpg(pid, signal.SIGSTOP)
+                        frozen_at = len(got) - 1
+                    time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
+            finally:
+                stop.set()
+                os.killpg(pid, signal.SIGCONT)  # thawed: the blocked reads end, the loader closes
+                thread.join(timeout=120)
+    return {
+        "scrapes": {"loader": got},
+        "store": f"SeaweedFS, SIGSTOP after scrape {LOADER_FREEZE_AFTER}",
+        "consumer_s_per_batch": 0.2,
+    }
+
+
+def _parse_loader(text: str) -> dict[str, float]:
+    from prometheus_client.parser import text_string_to_metric_families
+
+    out: dict[str, float] = {}
+    for family in text_string_to_metric_families(text):
+        for s in family.samples:
+            if s.name.startswith("pilake_loader_") and not s.name.endswith("_created"):
+                labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
+                out[f"{s.name}{{{labels}}}"] = s.value
+    return out

@@ -37,6 +37,7 @@ CASE_ORDER = (
     "healthy",
     "loader_healthy",
     "loader_starved",
+    "loader_store_frozen",
     "verify_damaged",
     "sink_crash_looping",
     "checkpoints_failing",
@@ -57,6 +58,7 @@ FIRING = {
     "healthy": set(),
     "loader_healthy": set(),
     "loader_starved": {"PilakeLoaderStarved"},
+    "loader_store_frozen": {"PilakeLoaderStarved"},
     "verify_damaged": {"PilakeVerifyFoundDamage"},
     # a sink failing at once fails every checkpoint too: none completes while the job restarts
     "sink_crash_looping": {"PilakeStreamRestarting", "PilakeStreamCheckpointsFailing"},

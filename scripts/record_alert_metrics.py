@@ -20,6 +20,8 @@ over HTTP once a second, as Prometheus would:
 - loader_starved: a loader that cannot keep up: one worker decoding 2 cameras of 320x240 frames
   with a frame of history, for a consumer that asks for the next batch at once (a fast training
   step): the consumer waits in next() most of the time (pilake_loader_wait_seconds_total);
+- loader_store_frozen: a loader reading a lake on SeaweedFS (cold host cache), consumer at 0.2 s
+  per batch; the store SIGSTOPped after 5 scrapes: the consumer waits, no batch comes;
 - verify_damaged: `pilake verify --metrics-file` on a clean lake, then on the lake with a byte
   of a steps page flipped (exit 2): pilake_verify_damaged_places 0, then 1 (the file read once a
   second, as node exporter's textfile collector serves it);
@@ -70,6 +72,7 @@ from scripts.alert_metrics_cases import (
     FLINK_KEPT,
     _uploader,
     record_checkpoints_failing,
+    record_loader_store_frozen,
     record_sink_crash_looping,
     record_verify_damaged,
 )
@@ -352,6 +355,7 @@ CASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "healthy": record_healthy,
     "loader_healthy": record_loader_healthy,
     "loader_starved": record_loader_starved,
+    "loader_store_frozen": record_loader_store_frozen,
     "verify_damaged": record_verify_damaged,
     "sink_crash_looping": record_sink_crash_looping,
     "checkpoints_failing": record_checkpoints_failing,

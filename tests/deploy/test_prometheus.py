@@ -170,6 +170,12 @@ def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
     for name, low, high in (("loader_healthy", 0.0, 0.1), ("loader_starved", 0.5, 1.1)):
         scrapes = record["cases"][name]["scrapes"]["loader"]
         assert low <= (scrapes[-1][wait] - scrapes[-11][wait]) / 10 <= high, name
+    # the store frozen (SIGSTOP) under a loader whose consumer keeps loader_healthy's pace: no
+    # batch in the last 10 s, the consumer waiting all of them (the wait in progress counts)
+    frozen = record["cases"]["loader_store_frozen"]["scrapes"]["loader"]
+    batches = "pilake_loader_batches_total{}"
+    assert frozen[-1][batches] == frozen[-11][batches]
+    assert (frozen[-1][wait] - frozen[-11][wait]) / 10 > 0.9
     # pilake verify: clean (0 damaged places) until the byte flip, then the run that found it
     verify = [
         sc["pilake_verify_damaged_places{}"] for sc in record["cases"]["verify_damaged"]["scrapes"]["verify"]
