@@ -26,86 +26,34 @@ reports (compared by `python -m benchmarks.check_baselines trainer` with the sam
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._figures import MIN_REPEATS, interleaved, ratio, spread
-from benchmarks.loader._data import DataConfig, build_lake
-
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
-MODES: dict[str, dict[str, Any]] = {
-    # episodes of 4 s at 15 Hz: 60 samples each; 6 episodes (360 samples) hold 11 batches of 32
-    "quick": {"episodes": 6, "duration_s": 4.0, "steps": 12},
-    "full": {"episodes": 12, "duration_s": 4.0, "steps": 40},
-}
-BATCH = 32  # the loader benchmark's batch, and pi_train's default
-HORIZON = 16
+from benchmarks._figures import interleaved, ratio, spread
+from benchmarks.trainer import _legs
+from benchmarks.trainer._legs import BATCH, HORIZON
 
 
 def _leg(lake: Path, out: Path, framework: str, workers: int, steps: int, repeat: int) -> dict[str, Any]:
-    from pi_train import TrainConfig
-
-    run = out / "legs" / f"{framework}-w{workers}-r{repeat}"
-    if run.exists():
-        import shutil
-
-        shutil.rmtree(run)
-    config = TrainConfig(
-        lake=str(lake),
-        framework=framework,  # type: ignore[arg-type]
-        steps=steps,
-        batch_size=BATCH,
-        action_horizon=HORIZON,
-        workers=workers,
-        threads=1,
-        checkpoint_every=0,  # one checkpoint, after the last step (left out below)
-        log_every=max(steps // 4, 1),
-        out_dir=str(run),
+    run = _legs.fresh_run(out / "legs" / f"{framework}-w{workers}-r{repeat}")
+    (run / "config.json").write_text(_legs.leg_config(lake, run, framework, steps, workers=workers).to_json())
+    wall = _legs.run_leg(
+        [sys.executable, "-m", "pi_train", str(run / "config.json")], what=f"{framework} / {workers} workers"
     )
-    run.mkdir(parents=True)
-    (run / "config.json").write_text(config.to_json())
-    # the checkout first, then the caller's path (a GPU host's packages carried on PYTHONPATH)
-    path_ = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=path_)
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE"):
-        env.pop(name, None)
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-m", "pi_train", str(run / "config.json")], env=env, capture_output=True, text=True
-    )
-    wall = time.monotonic() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"leg {framework} / {workers} workers failed:\n{done.stderr[-3000:]}")
-    summary = json.loads((run / "summary.json").read_text())
-    ms = summary["ms_per_step"]
-    # The final checkpoint is the run's, not the step's: leave it out of the step time.
-    step_ms = ms["total"] - ms["checkpoint"]
     return {
         "framework": framework,
         "workers": workers,
         "repeat": repeat,
-        "steps_measured": summary["steps"],
-        "samples_per_s": round(BATCH / (step_ms / 1e3), 2),
-        "data_wait_fraction": round(ms["data_wait"] / step_ms, 4),
-        "ms_per_step": ms,
-        "warmup_ms": summary["warmup_ms"],
-        "verdict": summary["verdict"],
-        "library": summary.get("library"),
-        "wall_s": round(wall, 1),
+        **_legs.leg_figures(run, samples_per_step=BATCH, wall_s=wall),
     }
 
 
 def _runs_of(runs: list[dict[str, Any]], framework: str, workers: int) -> list[dict[str, Any]]:
-    """The runs of one leg in repeat order (so that repeat i pairs with repeat i of another)."""
-    mine = [r for r in runs if (r["framework"], r["workers"]) == (framework, workers)]
-    return sorted(mine, key=lambda r: int(r["repeat"]))
+    return _legs.runs_of(runs, framework, "workers", workers)
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -210,25 +158,17 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="6 episodes, 12 steps a leg")
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    _legs.add_leg_arguments(
+        parser, quick="6 episodes, 12 steps a leg", steps="steps per leg (default: by mode)"
+    )
     parser.add_argument("--frameworks", default="torch,jax")
     parser.add_argument("--workers", default="0,1,2")
-    parser.add_argument("--steps", type=int, default=None, help="steps per leg (default: by mode)")
-    parser.add_argument(
-        "--repeats", type=int, default=MIN_REPEATS, help=f"runs of every leg, interleaved (>= {MIN_REPEATS})"
-    )
-    args = parser.parse_args(argv)
-    if args.repeats < MIN_REPEATS:
-        parser.error(f"--repeats must be >= {MIN_REPEATS} (a median with its spread), got {args.repeats}")
-    mode = "quick" if args.quick else "full"
-    settings = MODES[mode]
+    args = _legs.parse_leg_arguments(parser, argv)
+    mode, settings, data = _legs.mode_data(args.quick)
     steps = args.steps or settings["steps"]
-    data = DataConfig(episodes=settings["episodes"], duration_s=settings["duration_s"], rate_hz=15.0)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    # The data is cached beside the benchmark's default results (git-ignored), whatever --out is.
-    lake = build_lake(data, HERE / "results" / "data" / data.key)
+    lake = _legs.mode_lake(data)
     runs = []
     plan = [(f, int(w)) for f in args.frameworks.split(",") for w in args.workers.split(",")]
     for repeat, (framework, workers) in interleaved(plan, args.repeats):
@@ -237,13 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "benchmark": "trainer",
         "mode": mode,
-        "data": {
-            "episodes": data.episodes,
-            "samples": data.episodes * int(data.duration_s * data.rate_hz),
-            "cameras": 3,
-            "frame": f"{data.size_px}x{data.size_px}x3 uint8",
-            "rate_hz": data.rate_hz,
-        },
+        "data": {**_legs.data_json(data), "rate_hz": data.rate_hz},
         "config": {
             "batch_size": BATCH,
             "action_horizon": HORIZON,
@@ -256,10 +190,7 @@ def main(argv: list[str] | None = None) -> int:
         "ratios": ratios(runs),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    (args.out / "trainer.json").write_text(json.dumps(results, indent=2))
-    plot(results, args.out / "trainer.png")
-    print_table(results)
-    print(f"wrote {args.out / 'trainer.json'} and {args.out / 'trainer.png'}")
+    _legs.write_results(results, args.out, "trainer", plot, print_table)
     return 0
 
 

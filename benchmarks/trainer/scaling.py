@@ -26,22 +26,17 @@ benchmarks/baselines/trainer_scaling.json).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import platform
-import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
-from benchmarks._figures import MIN_REPEATS, interleaved, ratio, spread
-from benchmarks.loader._data import DataConfig, build_lake
-from benchmarks.trainer.run import BATCH, HORIZON, MODES
+from benchmarks._figures import interleaved, ratio, spread
+from benchmarks.trainer import _legs
+from benchmarks.trainer._legs import BATCH, HORIZON
 
-HERE = Path(__file__).resolve().parent
-ROOT = HERE.parent.parent
 _LAUNCH = (
     "import sys; from pi_train import TrainConfig, launch; "
     "sys.exit(launch(TrainConfig.from_json(open(sys.argv[1]).read()), int(sys.argv[2])))"
@@ -49,62 +44,33 @@ _LAUNCH = (
 
 
 def _leg(lake: Path, out: Path, framework: str, nproc: int, steps: int, repeat: int) -> dict[str, Any]:
-    from pi_train import TrainConfig
-
-    run = out / "scaling-legs" / f"{framework}-n{nproc}-r{repeat}"
-    if run.exists():
-        shutil.rmtree(run)
-    run.mkdir(parents=True)
-    config = TrainConfig(
-        lake=str(lake),
-        framework=framework,  # type: ignore[arg-type]
-        steps=steps,
-        batch_size=BATCH,
-        action_horizon=HORIZON,
+    run = _legs.fresh_run(out / "scaling-legs" / f"{framework}-n{nproc}-r{repeat}")
+    config = _legs.leg_config(
+        lake,
+        run,
+        framework,
+        steps,
         workers=0,  # the loader in the training loop: one process, one core of work
-        threads=1,
         device="cpu",
-        checkpoint_every=0,  # one checkpoint, after the last step (left out below)
-        log_every=max(steps // 4, 1),
         plot=False,
-        out_dir=str(run),
     )
     path = run.parent / f"{run.name}.json"
     path.write_text(config.to_json())
-    # the checkout first, then the caller's path (a GPU host's packages carried on PYTHONPATH)
-    path_ = os.pathsep.join([str(ROOT), *filter(None, [os.environ.get("PYTHONPATH")])])
-    env = dict(os.environ, OPENBLAS_NUM_THREADS="1", PYTHONPATH=path_)
-    for name in ("RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(name, None)
-    start = time.monotonic()
-    done = subprocess.run(
-        [sys.executable, "-c", _LAUNCH, str(path), str(nproc)], env=env, capture_output=True, text=True
+    wall = _legs.run_leg(
+        [sys.executable, "-c", _LAUNCH, str(path), str(nproc)], what=f"{framework} x {nproc}"
     )
-    wall = time.monotonic() - start
-    if done.returncode != 0:
-        raise RuntimeError(f"leg {framework} x {nproc} failed:\n{(done.stdout + done.stderr)[-3000:]}")
-    summary = json.loads((run / "summary.json").read_text())
-    ms = summary["ms_per_step"]
-    step_ms = ms["total"] - ms["checkpoint"]
     return {
         "framework": framework,
         "nproc": nproc,
         "repeat": repeat,
         "global_batch": BATCH * nproc,
-        "steps_measured": summary["steps"],
-        "samples_per_s": round(BATCH * nproc / (step_ms / 1e3), 2),
-        "ms_per_step": ms,
-        "data_wait_fraction": round(ms["data_wait"] / step_ms, 4),
-        "verdict": summary["verdict"],
-        "library": summary.get("library"),
-        "wall_s": round(wall, 1),
+        **_legs.leg_figures(run, samples_per_step=BATCH * nproc, wall_s=wall),
         "load_avg_after": os.getloadavg()[0],
     }
 
 
 def _runs_of(runs: list[dict[str, Any]], framework: str, nproc: int) -> list[dict[str, Any]]:
-    mine = [r for r in runs if (r["framework"], r["nproc"]) == (framework, nproc)]
-    return sorted(mine, key=lambda r: int(r["repeat"]))
+    return _legs.runs_of(runs, framework, "nproc", nproc)
 
 
 def summarize(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -188,27 +154,20 @@ def plot(results: dict[str, Any], path: Path) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--quick", action="store_true", help="the trainer benchmark's quick lake")
-    parser.add_argument("--out", type=Path, default=HERE / "results")
+    _legs.add_leg_arguments(
+        parser, quick="the trainer benchmark's quick lake", steps="steps per leg (default: 2x the mode's)"
+    )
     parser.add_argument("--frameworks", default="torch")
     parser.add_argument("--nproc", default="1,2", help="process counts, comma-separated (1 is the base)")
-    parser.add_argument("--steps", type=int, default=None, help="steps per leg (default: 2x the mode's)")
-    parser.add_argument(
-        "--repeats", type=int, default=MIN_REPEATS, help=f"runs of every leg, interleaved (>= {MIN_REPEATS})"
-    )
-    args = parser.parse_args(argv)
-    if args.repeats < MIN_REPEATS:
-        parser.error(f"--repeats must be >= {MIN_REPEATS} (a median with its spread), got {args.repeats}")
+    args = _legs.parse_leg_arguments(parser, argv)
     counts = sorted({int(n) for n in args.nproc.split(",")})
     if counts[0] != 1:
         parser.error(f"--nproc must include 1 (the base of the efficiency), got {args.nproc!r}")
-    mode = "quick" if args.quick else "full"
-    settings = MODES[mode]
+    mode, settings, data = _legs.mode_data(args.quick)
     steps = args.steps or 2 * settings["steps"]
-    data = DataConfig(episodes=settings["episodes"], duration_s=settings["duration_s"], rate_hz=15.0)
     args.out.mkdir(parents=True, exist_ok=True)
     started = time.monotonic()
-    lake = build_lake(data, HERE / "results" / "data" / data.key)
+    lake = _legs.mode_lake(data)
     load_before = os.getloadavg()
     runs = []
     plan = [(f, n) for f in args.frameworks.split(",") for n in counts]
@@ -218,12 +177,7 @@ def main(argv: list[str] | None = None) -> int:
     results = {
         "benchmark": "trainer_scaling",
         "mode": mode,
-        "data": {
-            "episodes": data.episodes,
-            "samples": data.episodes * int(data.duration_s * data.rate_hz),
-            "cameras": 3,
-            "frame": f"{data.size_px}x{data.size_px}x3 uint8",
-        },
+        "data": _legs.data_json(data),
         "config": {
             "batch_size_per_process": BATCH,
             "action_horizon": HORIZON,
@@ -237,10 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         "legs": summarize(runs),
         "elapsed_s": round(time.monotonic() - started, 1),
     }
-    (args.out / "trainer_scaling.json").write_text(json.dumps(results, indent=2))
-    plot(results, args.out / "trainer_scaling.png")
-    print_table(results)
-    print(f"wrote {args.out / 'trainer_scaling.json'} and {args.out / 'trainer_scaling.png'}")
+    _legs.write_results(results, args.out, "trainer_scaling", plot, print_table)
     return 0
 
 
