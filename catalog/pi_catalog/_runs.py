@@ -164,13 +164,7 @@ def record_training_run(catalog: Catalog, run: TrainingRun) -> None:
     record = {f.name: getattr(run, f.name) for f in fields(TrainingRun)}
     record["pin_names"] = list(run.pin_names)
     record["content_hashes"] = list(run.content_hashes)
-    row = pa.Table.from_pylist([record], schema=_arrow_schema())
-    with catalog._session() as session:
-        _ensure(catalog, session)
-        try:
-            session.client.insert_arrow(RUNS_TABLE, row)
-        except Exception as err:
-            raise CatalogQueryError(str(err), f"INSERT INTO {RUNS_TABLE} (run {run.run_id!r})") from err
+    _insert(catalog, RUNS_TABLE, pa.Table.from_pylist([record], schema=_arrow_schema()), run.run_id)
 
 
 def record_run_reads(
@@ -191,12 +185,18 @@ def record_run_reads(
             "updated_at_ns": pa.array([int(at_ns)], pa.int64()),
         }
     )
+    _insert(catalog, RUN_READS_TABLE, row, run_id)
+
+
+def _insert(catalog: Catalog, table: str, row: pa.Table, run_id: str) -> None:
+    """Insert `row` into `table` (made first where missing); ClickHouse's refusal becomes a
+    CatalogQueryError naming the table and the run."""
     with catalog._session() as session:
         _ensure(catalog, session)
         try:
-            session.client.insert_arrow(RUN_READS_TABLE, row)
+            session.client.insert_arrow(table, row)
         except Exception as err:
-            raise CatalogQueryError(str(err), f"INSERT INTO {RUN_READS_TABLE} (run {run_id!r})") from err
+            raise CatalogQueryError(str(err), f"INSERT INTO {table} (run {run_id!r})") from err
 
 
 def _query(catalog: Catalog, sql: str, parameters: dict[str, Any]) -> pa.Table:
