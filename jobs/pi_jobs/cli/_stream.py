@@ -32,6 +32,8 @@ def stream_config_from_args(settings: Settings, args: argparse.Namespace) -> Str
         config = replace(config, group_commit_max_episodes=args.group_commit_episodes)
     if args.group_commit_delay_ms is not None:
         config = replace(config, group_commit_delay_ms=args.group_commit_delay_ms)
+    if getattr(args, "python_execution_mode", None) is not None:
+        config = replace(config, python_execution_mode=args.python_execution_mode)
     limits = {
         name: value
         for name, value in (
@@ -129,6 +131,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         type=int,
         default=None,
         help="longest an episode waits for its group commit (default 200)",
+    )
+    p.add_argument(
+        "--python-execution-mode",
+        choices=("process", "thread"),
+        default=None,
+        help="where the sink's Python runs: a PyFlink worker process (default) or threads "
+        "inside the Flink JVM (PEMJA)",
     )
     p.add_argument(
         "--keyframe-interval",

@@ -53,6 +53,8 @@ def record_time_ns(value: Any) -> int | None:
         return None
     if hasattr(value, "to_epoch_milli"):  # pyflink.common.time.Instant
         return int(value.seconds) * 1_000_000_000 + int(value.nanos)
+    if hasattr(value, "getEpochSecond"):  # java.time.Instant, as PyFlink's thread mode passes it
+        return int(value.getEpochSecond()) * 1_000_000_000 + int(value.getNano())
     if hasattr(value, "timestamp"):  # datetime.datetime
         return round(value.timestamp() * 1e6) * 1000
     if isinstance(value, int | float):

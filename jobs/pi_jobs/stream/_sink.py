@@ -89,6 +89,17 @@ def _error_text(err: BaseException) -> str:
     return f"{type(err).__name__}: {str(err)[:500]} (at {where})"
 
 
+def subtask_index(runtime_context: RuntimeContext) -> int:
+    """This sink subtask's index. PyFlink 2.0's thread mode (PEMJA) asks Flink's Java
+    RuntimeContext for getIndexOfThisSubtask, which Flink 2.0 moved to getTaskInfo(): it raises
+    AttributeError there, so the index is read from the task info instead."""
+    try:
+        return int(runtime_context.get_index_of_this_subtask())
+    except AttributeError:
+        java_context = runtime_context._runtime_context
+        return int(java_context.getTaskInfo().getIndexOfThisSubtask())
+
+
 class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
     """Keyed by episode_id: assemble, validate, featurize, commit, ack.
 
@@ -107,7 +118,7 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
     # -- lifecycle -------------------------------------------------------------------------
     def open(self, runtime_context: RuntimeContext) -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-        self.subtask = int(runtime_context.get_index_of_this_subtask())
+        self.subtask = subtask_index(runtime_context)
         # a restart while the object store is still down waits for it here too
         with_retries("lake open", self._open_writer, retry_s=self.settings.dependency_retry_s)
         self.acks = AckPublisher(

@@ -78,6 +78,10 @@ class StreamJobConfig:
     # episode, episodes per key and per subtask, bytes per subtask (pi_jobs.stream.limits says
     # why each default; SPEC.md 9.5).
     limits: StreamLimits = field(default_factory=StreamLimits)
+    # Where the sink's Python runs: "process" (a Beam worker process fed over gRPC, PyFlink's
+    # default) or "thread" (inside the TaskManager JVM through PEMJA; issue 35 measures both in
+    # benchmarks/ingest/cpu.py).
+    python_execution_mode: str = "process"
 
     def __post_init__(self) -> None:
         if not self.bootstrap_servers:
@@ -101,6 +105,10 @@ class StreamJobConfig:
         if self.restart_attempts is not None and self.restart_attempts < 1:
             raise ValueError(
                 f"restart_attempts must be >= 1 or None (never give up), got {self.restart_attempts}"
+            )
+        if self.python_execution_mode not in ("process", "thread"):
+            raise ValueError(
+                f"python_execution_mode must be 'process' or 'thread', got {self.python_execution_mode!r}"
             )
         if self.checkpoint_interval_ms < 100:
             raise ValueError(f"checkpoint_interval_ms must be >= 100, got {self.checkpoint_interval_ms}")

@@ -55,6 +55,8 @@ def build_job(config: StreamJobConfig) -> Any:
         ) from err
 
     conf = python_worker_configuration(config.restart_attempts)
+    if config.python_execution_mode == "thread":
+        use_thread_mode(conf)
     conf.set_string("execution.checkpointing.interval", f"{config.checkpoint_interval_ms} ms")
     conf.set_string("execution.checkpointing.storage", "filesystem")
     checkpoint_dir = config.checkpoint_dir or (config.work_dir / "checkpoints").absolute().as_uri()
@@ -145,8 +147,8 @@ def prepare_python_workers(log_dir: Path) -> None:
         os.environ["FLINK_LOG_DIR"] = str(log_dir.absolute())
     # numpy in the worker was 3x slower under core contention with OpenBLAS threads.
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
-    # Process mode: thread mode (pemja) hits a PyFlink bug, and loopback mode would run the
-    # Python functions inside this driver process.
+    # Process workers, not loopback (which would run the Python functions inside this driver
+    # process). The stream job's thread mode (`use_thread_mode`) is set in its configuration.
     os.environ["_python_worker_execution_mode"] = "process"  # noqa: SIM112 - PyFlink's own name
 
 
@@ -180,6 +182,26 @@ def python_worker_configuration(restart_attempts: int | None = RESTART_ATTEMPTS)
     conf.set_string("restart-strategy.exponential-delay.max-backoff", "30 s")
     conf.set_string("restart-strategy.exponential-delay.jitter-factor", "0.1")
     return conf
+
+
+def use_thread_mode(conf: Any) -> None:
+    """Run the job's Python functions inside the TaskManager JVM (PyFlink's thread mode, PEMJA)
+    instead of a Beam worker process: no gRPC data channel, no bundles, no second process.
+
+    The embedded interpreter is the one `python.executable` names but does not read this
+    environment's `.pth` files, so the editable pi-lake packages' source roots and this
+    process's `sys.path` are given to it as `python.pythonpath`.
+    """
+    import importlib.util
+
+    roots = []
+    for name in ("pi_format", "pi_jobs", "pi_catalog", "pi_ingest", "pi_loader"):
+        spec = importlib.util.find_spec(name)
+        if spec is not None and spec.submodule_search_locations:
+            roots.append(str(Path(next(iter(spec.submodule_search_locations))).parent))
+    paths = dict.fromkeys([*roots, *(p for p in sys.path if p)])  # in order, once each
+    conf.set_string("python.execution-mode", "thread")
+    conf.set_string("python.pythonpath", os.pathsep.join(paths))
 
 
 def effective_log_dir(config: StreamJobConfig) -> Path:

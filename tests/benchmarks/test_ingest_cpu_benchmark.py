@@ -1,0 +1,44 @@
+"""benchmarks/ingest/cpu.py without a stream job, run as a user runs it (tests never import
+`benchmarks`): its transcode leg in its own process, and its refusal of an unknown mode. The
+ingest legs run Flink; the benchmark itself exercises them."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _cpu(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "benchmarks.ingest.cpu", *args],
+        cwd=ROOT,
+        env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+
+
+def test_transcode_leg_encodes_and_counts_cpu(tmp_path: Path) -> None:
+    result = tmp_path / "leg.json"
+    done = _cpu(
+        *("--leg", "transcode", "--episodes", "1", "--duration-s", "0.5", "--seed", "3"),
+        *("--out", str(tmp_path), "--leg-result", str(result), "--home", str(tmp_path / "home")),
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads(result.read_text())
+    assert figures["encoded_bytes"] > 0 and figures["cpu_s"] > 0
+
+
+@pytest.mark.parametrize("modes", ["", "loopback", "process,beam"])
+def test_unknown_modes_are_refused(modes: str, tmp_path: Path) -> None:
+    done = _cpu("--modes", modes, "--out", str(tmp_path))
+    assert done.returncode == 2
+    assert "--modes must name some of ['process', 'thread']" in done.stderr
