@@ -122,6 +122,12 @@ class RangeCache:
         self._lock = threading.Lock()
         self._known: dict[str, list[tuple[int, int]]] = {}
         self._sizes: dict[str, int] = {}
+        self._pid = os.getpid()
+
+    def _forked(self) -> None:
+        """A forked child starts with a fresh lock (the parent's may have been held at the fork)."""
+        if self._pid != os.getpid():
+            self._lock, self._pid = threading.Lock(), os.getpid()
 
     def _dir(self, digest: str) -> str:
         return os.path.join(self._cache.objects_directory, digest[:2])
@@ -185,6 +191,7 @@ class RangeCache:
         """Bytes [offset, offset + size) of the object `key` (fewer at its end, as `pread`):
         from the whole cached object, a cached range that covers them, or `fetch(offset, size)`
         (kept as a range). Raises what `fetch` raises."""
+        self._forked()
         digest = key_digest(key)
         end = offset + size
         for _ in range(2):  # a range evicted between the lookup and the read: look again
@@ -220,6 +227,7 @@ class RangeCache:
     ) -> None:
         """Fetch the (start, size) `spans` not cached yet, coalesced (`coalesce`) and up to
         PREFETCH_THREADS requests at once: the reads that follow are hits."""
+        self._forked()
         digest = key_digest(key)
         if os.path.exists(os.path.join(self._dir(digest), digest + suffix)):
             return
@@ -246,6 +254,7 @@ class RangeCache:
     def object_size(self, key: str, head: Callable[[], int]) -> int:
         """The object's size: remembered, recorded in the cache (`.sz<size>`), or `head()`
         (then recorded)."""
+        self._forked()
         digest = key_digest(key)
         with self._lock:
             size = self._sizes.get(digest)

@@ -47,9 +47,9 @@ class ObjectHandles:
         self._pid = os.getpid()
 
     def get(self, storage: S3Storage, path: str) -> Any:
+        if self._pid != os.getpid():  # forked: the parent's lock may have been held at the fork
+            self._lock, self._open, self._pid = threading.Lock(), OrderedDict(), os.getpid()
         with self._lock:
-            if self._pid != os.getpid():
-                self._open, self._pid = OrderedDict(), os.getpid()
             handle = self._open.get(path)
             if handle is not None:
                 self._open.move_to_end(path)

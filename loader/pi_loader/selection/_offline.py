@@ -72,6 +72,8 @@ def latest_open_key(
     (deleting an episode changes what an unpinned open sees)."""
     try:
         versions, log_bytes = latest_versions(layout, storage, READ_TABLES)
+    except StoreUnreachableError as err:  # as the full open would say it, without a second wait
+        raise StoreUnreachableError(f"cannot open the episodes table at {layout.episodes}: {err}") from None
     except (OSError, ValueError):
         return None
     try:
