@@ -8,6 +8,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from pi_train._plot import pyplot, save_figure
+
 
 def _num(value: float | None) -> str:
     return "-" if value is None else f"{value:.4f}"
@@ -58,14 +60,9 @@ def plot_eval(report: dict[str, Any], path: Path) -> Path:
     Example:
         >>> plot_eval(report, Path("runs/train-torch/eval-val-step40/eval.png"))
     """
-    try:
-        import matplotlib
+    plt = pyplot("plot_eval")
+    from matplotlib.ticker import MaxNLocator
 
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-        from matplotlib.ticker import MaxNLocator
-    except ImportError as err:
-        raise ImportError("plot_eval needs matplotlib: pip install 'pi-lake[train]'") from err
     fig, axes = plt.subplots(1, 2, figsize=(11, 4.2))
     for ax, metric in zip(axes, ("l1", "l2"), strict=True):
         series = [("all", report["horizon"], {"color": "black", "linewidth": 2})]
@@ -85,8 +82,4 @@ def plot_eval(report: dict[str, Any], path: Path) -> Path:
         f"step {report['step']} ({report['framework']}) on {report['dataset']}: {report['samples']} samples",
         fontsize=10,
     )
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)

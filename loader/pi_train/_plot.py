@@ -1,6 +1,7 @@
 """`timing.png`: the step-time decomposition as stacked bars over steps (one bar per window).
 
-matplotlib is imported here only, with the Agg backend (no display on a training host).
+matplotlib is imported here only, with the Agg backend (no display on a training host):
+`pyplot` and `save_figure` serve `plot_eval` (pi_train._eval_report) too.
 """
 
 from __future__ import annotations
@@ -28,6 +29,33 @@ _LABELS = {
 }
 
 
+def pyplot(what: str) -> Any:
+    """matplotlib.pyplot on the Agg backend (files only, no display).
+
+    Raises:
+        ImportError: matplotlib is missing; the message names `what` and the extra to install.
+    """
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as err:
+        raise ImportError(f"{what} needs matplotlib: pip install 'pi-lake[train]'") from err
+    return plt
+
+
+def save_figure(fig: Any, path: Path) -> Path:
+    """Lay out `fig`, write it to `path` (its folder made) and close it; returns `path`."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path
+
+
 def plot_timing(records: Sequence[dict[str, Any]], path: Path, *, title: str = "") -> Path:
     """Draw the windows of `timing.jsonl` (per-step ms of each part, max over ranks) as stacked
     bars, with samples/s on a second axis; returns `path`.
@@ -38,13 +66,7 @@ def plot_timing(records: Sequence[dict[str, Any]], path: Path, *, title: str = "
     Example:
         >>> plot_timing(read_jsonl(Path("runs/train/timing.jsonl")), Path("runs/train/timing.png"))
     """
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as err:
-        raise ImportError("plot_timing needs matplotlib: pip install 'pi-lake[train]'") from err
+    plt = pyplot("plot_timing")
     windows = [r for r in records if r.get("steps")]
     steps = [int(r["step"]) for r in windows]
     width = 0.8 * min((b - a for a, b in itertools.pairwise(steps)), default=1)
@@ -62,8 +84,4 @@ def plot_timing(records: Sequence[dict[str, Any]], path: Path, *, title: str = "
     rate.set_ylabel("samples/s")
     rate.set_ylim(bottom=0)
     ax.set_title(title or "step-time decomposition", fontsize=10)
-    fig.tight_layout()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return save_figure(fig, path)
