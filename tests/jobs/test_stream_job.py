@@ -77,8 +77,12 @@ def _read_acks(broker: str, topic: str, expected: int, timeout_s: float = 30.0) 
     return acks
 
 
-@pytest.fixture(scope="module")
-def landed(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFactory) -> Landed:
+# both places PyFlink runs the sink's Python: a Beam worker process (the default) and threads
+# inside the TaskManager JVM (PEMJA; issue 35 measures what each costs)
+@pytest.fixture(scope="module", params=["process", "thread"])
+def landed(
+    broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
+) -> Landed:
     from confluent_kafka import Producer
     from confluent_kafka.admin import AdminClient, NewTopic
     from pi_jobs.stream import run_stream_job
@@ -121,6 +125,7 @@ def landed(broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFa
         ack_topic=ack_topic,
         group_id=f"it-group-{run}",
         parallelism=2,  # two sink subtasks, two lake writers, two progress files
+        python_execution_mode=request.param,
     )
     report = run_stream_job(config, until_idle=True, idle_timeout_s=2.0, max_runtime_s=240)
     acks = _read_acks(broker, ack_topic, expected=4)
@@ -273,6 +278,8 @@ def test_config_validation_and_repr_hides_client_options(tmp_path: Path) -> None
         make(bootstrap_servers="")
     with pytest.raises(ValueError, match="group_id must be non-empty"):
         make(group_id="")
+    with pytest.raises(ValueError, match="python_execution_mode must be 'process' or 'thread'"):
+        make(python_execution_mode="loopback")
 
 
 def test_caught_up_uses_processed_and_committed_offsets() -> None:
