@@ -130,6 +130,9 @@ def object_tracks(scene: Scene, grip: np.ndarray, opening: np.ndarray) -> np.nda
     return out
 
 
+_Patch = tuple[np.ndarray, np.ndarray, np.ndarray]  # pixels (a view of the image), U, V
+
+
 class _View(ABC):
     """A camera: maps pixels to table coordinates and back. Subclasses set the geometry."""
 
@@ -138,8 +141,11 @@ class _View(ABC):
         self.xs = np.arange(width, dtype=np.float32) + 0.5
         self.ys = np.arange(height, dtype=np.float32) + 0.5
 
-    def bbox(self, us: np.ndarray, vs: np.ndarray, centre: np.ndarray | None) -> tuple[slice, slice] | None:
-        """Pixel rows/cols covering the table-space points (us, vs), or None when off-screen."""
+    def patch(
+        self, img: np.ndarray, us: np.ndarray, vs: np.ndarray, centre: np.ndarray | None
+    ) -> _Patch | None:
+        """The pixels of `img` covering the table-space points (us, vs) (a view: drawn on in
+        place) and their table coordinates (U, V); None when off-screen."""
         x, y = self.project(us, vs, centre)
         x0, x1 = int(np.floor(x.min())) - 2, int(np.ceil(x.max())) + 2
         y0, y1 = int(np.floor(y.min())) - 2, int(np.ceil(y.max())) + 2
@@ -147,7 +153,9 @@ class _View(ABC):
         x1, y1 = min(x1, self.width), min(y1, self.height)
         if x0 >= x1 or y0 >= y1:
             return None
-        return slice(y0, y1), slice(x0, x1)
+        rows, cols = slice(y0, y1), slice(x0, x1)
+        u, v = self.grid(rows, cols, centre)
+        return img[rows, cols], u, v
 
     @abstractmethod
     def project(
@@ -281,16 +289,15 @@ def draw_object(
     px = view.pixel_size()
     su, sv = cu + _SHADOW_OFFSET[0], cv + _SHADOW_OFFSET[1]
     reach = size * 1.5
-    box = view.bbox(
+    found = view.patch(
+        img,
         np.array([cu - reach, cu + reach, su - reach, su + reach]),
         np.array([cv - reach, cv + reach, sv - reach, sv + reach]),
         centre,
     )
-    if box is None:
+    if found is None:
         return
-    rows, cols = box
-    u, v = view.grid(rows, cols, centre)
-    patch = img[rows, cols]
+    patch, u, v = found
     shadow, _ = _shape_alpha(obj.shape, u, v, su, sv, size * 1.1, px * 3)
     patch *= (1.0 - _SHADOW_DARKNESS * shadow)[..., None]
     alpha, shade = _shape_alpha(obj.shape, u, v, cu, cv, size, px)
@@ -306,16 +313,15 @@ def draw_arm(img: np.ndarray, view: OverheadView, base_u: float, grip: np.ndarra
     a = np.array((base_u, -0.15), np.float32)
     b = grip.astype(np.float32)
     width = 0.025
-    box = view.bbox(
+    found = view.patch(
+        img,
         np.array([a[0] - 0.08, a[0] + 0.08, b[0] - 0.08, b[0] + 0.08]),
         np.array([a[1] - 0.08, a[1] + 0.08, b[1] - 0.08, b[1] + 0.08]),
         None,
     )
-    if box is None:
+    if found is None:
         return
-    rows, cols = box
-    u, v = view.grid(rows, cols, None)
-    patch = img[rows, cols]
+    patch, u, v = found
     ab = b - a
     for offset, darkness in ((_SHADOW_OFFSET, _SHADOW_DARKNESS), ((0.0, 0.0), -1.0)):
         pu, pv = u - a[0] - offset[0], v - a[1] - offset[1]
