@@ -6,7 +6,10 @@ Java object cannot be made without a JVM) pin the two conversions down."""
 from __future__ import annotations
 
 import datetime
+from pathlib import Path
+from typing import Any
 
+import pytest
 from pi_jobs.stream._records import record_time_ns
 from pi_jobs.stream._sink import subtask_index
 
@@ -59,3 +62,42 @@ class _ProcessModeContextStandIn:
 def test_subtask_index_in_both_modes() -> None:
     assert subtask_index(_ThreadModeContextStandIn()) == 3
     assert subtask_index(_ProcessModeContextStandIn()) == 1
+
+
+def _sink_operators(config: Any) -> dict[str, str]:
+    from pi_jobs.stream.job import build_job
+
+    transformations = build_job(config)._j_stream_execution_environment.getTransformations()
+    operators = {}
+    for i in range(transformations.size()):
+        t = transformations.get(i)
+        if t.getName() in ("_stream_key_by_map_operator", "pilake-lake-sink"):
+            operators[t.getName()] = t.getOperatorFactory().getOperator().getClass().getSimpleName()
+    return operators
+
+
+@pytest.mark.integration
+def test_the_mode_decides_where_the_python_operators_run(stack_settings: Any, tmp_path: Path) -> None:
+    """The job graph (no job runs): thread mode puts the key selector and the sink in PEMJA's
+    embedded operators, process mode in Beam worker operators. test_stream_job runs both."""
+    from tests.fixtures.stream_jobs import small_stream_job
+
+    def config(mode: str) -> Any:
+        return small_stream_job(
+            broker="127.0.0.1:1",  # never contacted: the graph is built, not run
+            root=tmp_path / mode,
+            jar_dir=stack_settings.jar_dir,
+            raw_topic="raw",
+            ack_topic="ack",
+            group_id="g",
+            python_execution_mode=mode,
+        )
+
+    assert _sink_operators(config("thread")) == {
+        "_stream_key_by_map_operator": "EmbeddedPythonProcessOperator",
+        "pilake-lake-sink": "EmbeddedPythonKeyedProcessOperator",
+    }
+    assert _sink_operators(config("process")) == {
+        "_stream_key_by_map_operator": "ExternalPythonProcessOperator",
+        "pilake-lake-sink": "ExternalPythonKeyedProcessOperator",
+    }
