@@ -109,15 +109,18 @@ def runs_of(runs: list[dict[str, Any]], framework: str, key: str, value: int) ->
     return sorted(mine, key=lambda r: int(r["repeat"]))
 
 
-def add_leg_arguments(parser: argparse.ArgumentParser, quick: str, steps: str) -> None:
-    """The flags both benchmarks take: --quick (help `quick`), --out, --steps (help `steps`) and
-    --repeats (checked by `parse_leg_arguments`)."""
+def leg_parser(doc: str, quick: str, steps: str) -> argparse.ArgumentParser:
+    """A parser described by `doc`'s first paragraph with the flags both benchmarks take:
+    --quick (help `quick`), --out, --steps (help `steps`) and --repeats (checked by
+    `parse_leg_arguments`)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("--quick", action="store_true", help=quick)
     parser.add_argument("--out", type=Path, default=RESULTS)
     parser.add_argument("--steps", type=int, default=None, help=steps)
     parser.add_argument(
         "--repeats", type=int, default=MIN_REPEATS, help=f"runs of every leg, interleaved (>= {MIN_REPEATS})"
     )
+    return parser
 
 
 def parse_leg_arguments(parser: argparse.ArgumentParser, argv: list[str] | None) -> argparse.Namespace:
@@ -164,3 +167,12 @@ def write_results(
     plot(results, out / f"{name}.png")
     print_table(results)
     print(f"wrote {out / f'{name}.json'} and {out / f'{name}.png'}")
+
+
+def save_figure(fig: Any, path: Path) -> None:
+    """Lay out `fig`, write it to `path` and close it."""
+    import matplotlib.pyplot as plt
+
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)

@@ -25,7 +25,6 @@ reports (compared by `python -m benchmarks.check_baselines trainer` with the sam
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import sys
@@ -151,15 +150,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
         ax.set_xticks(sorted({leg["workers"] for leg in results["legs"]}))
         ax.legend(fontsize=8)
     fig.suptitle(f"reference policy on the CPU ({results['mode']}, batch {BATCH}, 3 x 224x224)", fontsize=10)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _legs.save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _legs.add_leg_arguments(
-        parser, quick="6 episodes, 12 steps a leg", steps="steps per leg (default: by mode)"
+    parser = _legs.leg_parser(
+        __doc__, quick="6 episodes, 12 steps a leg", steps="steps per leg (default: by mode)"
     )
     parser.add_argument("--frameworks", default="torch,jax")
     parser.add_argument("--workers", default="0,1,2")

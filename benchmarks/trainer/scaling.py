@@ -25,7 +25,6 @@ benchmarks/baselines/trainer_scaling.json).
 
 from __future__ import annotations
 
-import argparse
 import os
 import platform
 import sys
@@ -147,15 +146,12 @@ def plot(results: dict[str, Any], path: Path) -> None:
         f"batch {BATCH} per process)",
         fontsize=10,
     )
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    _legs.save_figure(fig, path)
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    _legs.add_leg_arguments(
-        parser, quick="the trainer benchmark's quick lake", steps="steps per leg (default: 2x the mode's)"
+    parser = _legs.leg_parser(
+        __doc__, quick="the trainer benchmark's quick lake", steps="steps per leg (default: 2x the mode's)"
     )
     parser.add_argument("--frameworks", default="torch")
     parser.add_argument("--nproc", default="1,2", help="process counts, comma-separated (1 is the base)")
