@@ -34,6 +34,7 @@ KUBERNETES_KINDS = {
     "v1/Secret": "io.k8s.api.core.v1.Secret",
     "v1/Service": "io.k8s.api.core.v1.Service",
     "apps/v1/StatefulSet": "io.k8s.api.apps.v1.StatefulSet",
+    "apps/v1/Deployment": "io.k8s.api.apps.v1.Deployment",  # the Pushgateway (pushgateway.yaml)
     "batch/v1/CronJob": "io.k8s.api.batch.v1.CronJob",
     "batch/v1/Job": "io.k8s.api.batch.v1.Job",  # the training workload (training.yaml)
     "v1/PersistentVolumeClaim": "io.k8s.api.core.v1.PersistentVolumeClaim",

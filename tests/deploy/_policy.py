@@ -332,12 +332,18 @@ FLOWS = [
     Flow("Prometheus scrapes ClickHouse", "monitoring", {}, {"app": "clickhouse"}, 9363),
     Flow("Prometheus scrapes the trainer", "monitoring", {}, {"app": "pilake-train"}, 9490),
     Flow("Prometheus scrapes the trainer's loaders", "monitoring", {}, {"app": "pilake-train"}, 9480),
+    Flow(
+        "verify pushes its figures", "pilake", {"app": "pilake-verify"}, {"app": "pilake-pushgateway"}, 9091
+    ),
+    Flow("Prometheus scrapes the Pushgateway", "monitoring", {}, {"app": "pilake-pushgateway"}, 9091),
 ]
 # Denied: nothing but the flows above reaches these (a robot or any pod of another namespace).
 DENIED = [
     Flow("a pod of another namespace reads the catalog", "default", {}, {"app": "clickhouse"}, 8123),
     Flow("a pod of another namespace calls the JobManager", "default", {}, FLINK, 8081),
     Flow("the stream job reaches the trainer", "pilake", FLINK, {"app": "pilake-train"}, 29500),
+    Flow("the stream job pushes to the Pushgateway", "pilake", FLINK, {"app": "pilake-pushgateway"}, 9091),
+    Flow("a pod of another namespace pushes", "default", {}, {"app": "pilake-pushgateway"}, 9091),
 ]
 
 

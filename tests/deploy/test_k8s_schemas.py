@@ -310,7 +310,7 @@ def _pods(objects: list[dict[str, Any]]) -> list[tuple[dict[str, str], set[str]]
     label them: Strimzi's Kafka pods, the Flink operator's JobManager and TaskManagers."""
     pods = []
     for obj in objects:
-        if obj["kind"] in ("StatefulSet", "Job"):
+        if obj["kind"] in ("StatefulSet", "Deployment", "Job"):
             template = obj["spec"]["template"]
             ports = {p["name"] for c in template["spec"]["containers"] for p in c.get("ports", [])}
             pods.append((template["metadata"]["labels"], ports))

@@ -51,6 +51,7 @@ API_VERSIONS = {
     "Service": "v1",
     "Namespace": "v1",
     "StatefulSet": "apps/v1",
+    "Deployment": "apps/v1",
     "CronJob": "batch/v1",
     "Job": "batch/v1",
     "PersistentVolumeClaim": "v1",
