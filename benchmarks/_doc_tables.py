@@ -220,6 +220,18 @@ def _million(doc: dict[str, Any]) -> str:
         f"`pilake dataset create` {op('dataset_create')} and `pilake dataset copy` {op('dataset_copy')} "
         f"for a pin of {(ops.get('dataset_copy') or {}).get('episodes', 0):,} episodes."
     ]
+    partial = ops.get("verify_partial")
+    if partial:
+        whole = partial["extrapolated_whole_lake_s"]
+        lines.append(
+            f" `pilake verify` checked {partial['checked_bytes'] / 2**30:.2f} of "
+            f"{partial['lake_data_bytes'] / 2**30:.2f} GiB ({partial['checked_files']:,} of "
+            f"{partial['lake_data_files']:,} files, all ok) in its {partial['in_s']:.0f} s: the whole lake "
+            f"{whole['value']:,} s ({whole['how']})."
+        )
+    lock = m.get("lock") or {}
+    if lock and not lock.get("held"):
+        lines.append(f" Measured without the machine's heavy lock (busy after {lock['waited_s']:.0f} s).")
     extrapolated = m.get("extrapolated_build_to_1m_s")
     if extrapolated:
         lines.append(f" Growth to 1,000,000: {extrapolated['value']:,} s ({extrapolated['how']}).")
