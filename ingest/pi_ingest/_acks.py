@@ -66,12 +66,8 @@ class AckListener:
         so it runs on a thread of its own and is abandoned there after `close_timeout_s`
         (`pi_ingest._bounded`).
         """
-        consumer, self._consumer = self._consumer, None
+        box, self._consumer = [self._consumer], None  # the thread holds the last reference
         self._token = object()  # errors the old consumer still reports are not ours any more
-        if consumer is None:
-            return
-        box = [consumer]
-        del consumer  # the thread must hold the last reference (see end_client)
         end_client(box, _close_consumer, call="consumer_close", timeout_s=self.config.close_timeout_s)
 
     def _get_consumer(self, metadata_timeout_s: float) -> Any:

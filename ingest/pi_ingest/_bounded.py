@@ -56,9 +56,10 @@ def end_client(client: list[Any], end: Callable[[Any], object], *, call: str, ti
     """End a Kafka client on a daemon thread; wait for it at most `timeout_s` seconds.
 
     Args:
-        client: a one-item list holding the client. The thread takes it out, so the caller
-            keeps no reference and the client's deallocation (rd_kafka_destroy) runs on that
-            thread, not the caller's.
+        client: a one-item list holding the client, or None where there is none (nothing to
+            end: True at once). The thread takes it out, so the caller keeps no reference and
+            the client's deallocation (rd_kafka_destroy) runs on that thread, not the caller's:
+            detach it in the same statement, `box, self._client = [self._client], None`.
         end: what ends it, e.g. `lambda c: c.close()`; errors are logged, never raised (the
             client is discarded either way).
         call: the label in `pilake_uploader_kafka_stalls_total` and in the log.
@@ -71,6 +72,9 @@ def end_client(client: list[Any], end: Callable[[Any], object], *, call: str, ti
         >>> end_client([consumer], lambda c: c.close(), call="consumer_close", timeout_s=10.0)
         True
     """
+
+    if client[0] is None:
+        return True
 
     def run() -> None:
         item = client.pop()

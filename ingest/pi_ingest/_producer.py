@@ -120,15 +120,11 @@ class EpisodeProducer:
         thread of its own (`pi_ingest._bounded`) and abandoned there if librdkafka does not let
         go of it in time.
         """
-        producer, self._producer = self._producer, None
+        box, self._producer = [self._producer], None  # the thread holds the last reference
         self._token = object()  # errors the old producer still reports are not ours any more
-        if producer is None:
-            return
         # Drop whatever is queued (re-sent from the spool by a fresh producer). purge() with
         # its defaults is librdkafka's non-blocking purge (see _bounded); flush(0) serves the
         # purged messages' reports; the thread's last reference then runs rd_kafka_destroy.
-        box = [producer]
-        del producer  # the thread must hold the last reference (see end_client)
         end_client(box, _end_producer, call="producer_destroy", timeout_s=self.config.close_timeout_s)
 
     def _produce(

@@ -14,10 +14,12 @@ from pathlib import Path
 
 import pytest
 from pi_ingest import UploaderConfig
+from pi_ingest._acks import AckListener
 from pi_ingest._bounded import MAX_ABANDONED, end_client, too_many_abandoned
 from pi_ingest._kafka_log import KafkaLog
 from pi_ingest._metrics import KAFKA_STALLS, SEND_FAILURES
 from pi_ingest._producer import EpisodeProducer
+from pi_ingest.spool import Spool
 
 
 @pytest.fixture
@@ -35,6 +37,48 @@ def test_end_client_returns_and_drops_the_last_reference() -> None:
     ended: list[str] = []
     assert end_client(["client"], ended.append, call="producer_destroy", timeout_s=5.0)
     assert ended == ["client"]
+
+
+def test_no_client_is_nothing_to_end() -> None:
+    ended: list[object] = []
+    assert end_client([None], ended.append, call="consumer_close", timeout_s=5.0)
+    assert ended == []
+
+
+def test_the_callers_detach_leaves_the_last_reference_to_the_thread() -> None:
+    """`box, owner.client = [owner.client], None` (the producer's and ack consumer's close):
+    the client's deallocation, librdkafka's rd_kafka_destroy, runs on the ending thread."""
+    freed_on: list[str] = []
+
+    class Client:
+        def __del__(self) -> None:
+            freed_on.append(threading.current_thread().name)
+
+    class Owner:
+        client: Client | None = None
+
+    owner = Owner()
+    owner.client = Client()
+    box, owner.client = [owner.client], None
+    assert end_client(box, lambda _c: None, call="producer_destroy", timeout_s=5.0)
+    assert freed_on == ["pi-ingest-producer_destroy"]
+    assert box == []
+
+
+def test_the_uploaders_clients_end_within_the_timeout_and_none_is_no_stall(tmp_path: Path) -> None:
+    """EpisodeProducer.drop and AckListener.close, with a real librdkafka producer (no broker
+    at 127.0.0.1:9: it never connected) and with no client made yet."""
+    config = UploaderConfig("127.0.0.1:9", tmp_path / "spool", close_timeout_s=10.0)
+    stalls = KAFKA_STALLS.labels("producer_destroy")._value.get()
+    producer = EpisodeProducer(config, KafkaLog())
+    producer._get_producer()
+    producer.drop()
+    assert producer._producer is None
+    producer.drop()  # none left: nothing to end
+    listener = AckListener(config, Spool(tmp_path / "spool"), KafkaLog())
+    listener.close()
+    assert listener._consumer is None
+    assert KAFKA_STALLS.labels("producer_destroy")._value.get() == stalls
 
 
 def test_end_client_errors_are_swallowed() -> None:
