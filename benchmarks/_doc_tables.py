@@ -229,6 +229,12 @@ def _million(doc: dict[str, Any]) -> str:
             f"{partial['lake_data_files']:,} files, all ok) in its {partial['in_s']:.0f} s: the whole lake "
             f"{whole['value']:,} s ({whole['how']})."
         )
+    cold = m.get("open_cold_host_under_5s")
+    if cold:
+        lines.append(
+            f" Open on a cold host {cold['limit']}: **{cold['verdict']}** "
+            f"({_num(cold['value'], '{:.2f}')} s)."
+        )
     lock = m.get("lock") or {}
     if lock and not lock.get("held"):
         lines.append(f" Measured without the machine's heavy lock (busy after {lock['waited_s']:.0f} s).")
