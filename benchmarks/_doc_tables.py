@@ -539,6 +539,19 @@ def ingest_cpu(b: Path) -> str:
     rows.append(
         ["the broker (beside, not in the ratio)", text_of(doc["broker_cpu_ms_per_episode"], "{:,.0f}"), ""]
     )
+    thread_path = b / "ingest_cpu_thread.json"  # a run of its own: thread mode beside its transcode leg
+    thread = ""
+    if thread_path.exists():
+        t = json.loads(thread_path.read_text())
+        leg = "ingest_thread"
+        thread = (
+            f"\n\n`baselines/ingest_cpu_thread.json`, a run of its own ({t['episodes']} episodes of "
+            f"{t['episode_duration_s']:g} s per leg, {len(t[f'{leg}_over_transcode']['values'])} "
+            f"interleaved repeats): transcode alone {text_of(t['transcode_cpu_ms_per_episode'], '{:,.0f}')}, "
+            f"ingest in PyFlink thread mode {text_of(t[f'{leg}_cpu_ms_per_episode'], '{:,.0f}')} CPU ms "
+            f"per episode: {text_of(t[f'{leg}_over_transcode'], '{:.2f}')}× "
+            f"({t['targets_detail'][f'{leg}_cpu_at_most_1.3x_transcode']['verdict']})."
+        )
     return (
         f"`baselines/ingest_cpu.json` ({doc['episodes']} episodes of {doc['episode_duration_s']:g} s "
         f"per leg, sink parallelism {doc.get('parallelism', 1)}, "
@@ -546,6 +559,7 @@ def ingest_cpu(b: Path) -> str:
         "interleaved repeats):\n\n"
         + markdown(["leg", "CPU ms per episode", "of it (medians)"], rows)
         + f"\n\nIngest / transcode (target ≤ 1.3× on the whole spread): {'; '.join(verdicts)}."
+        + thread
     )
 
 
