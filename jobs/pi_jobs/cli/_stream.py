@@ -136,8 +136,8 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--python-execution-mode",
         choices=("process", "thread"),
         default=None,
-        help="where the sink's Python runs: a PyFlink worker process (default) or threads "
-        "inside the Flink JVM (PEMJA)",
+        help="where the sink's Python runs: a PyFlink worker process (default) or, "
+        "experimental (a benchmark run hung in it once), threads inside the Flink JVM (PEMJA)",
     )
     p.add_argument(
         "--keyframe-interval",

@@ -79,8 +79,8 @@ class StreamJobConfig:
     # why each default; SPEC.md 9.5).
     limits: StreamLimits = field(default_factory=StreamLimits)
     # Where the sink's Python runs: "process" (a Beam worker process fed over gRPC, PyFlink's
-    # default) or "thread" (inside the TaskManager JVM through PEMJA; issue 35 measures both in
-    # benchmarks/ingest/cpu.py).
+    # default) or "thread" (inside the TaskManager JVM through PEMJA; experimental: one benchmark
+    # run wedged its JVM at a checkpoint; benchmarks/ingest/PROFILE.md).
     python_execution_mode: str = "process"
 
     def __post_init__(self) -> None:
