@@ -78,8 +78,10 @@ def _read_acks(broker: str, topic: str, expected: int, timeout_s: float = 30.0) 
 
 
 # both places PyFlink runs the sink's Python: a Beam worker process (the default) and threads
-# inside the TaskManager JVM (PEMJA; issue 35 measures what each costs)
-@pytest.fixture(scope="module", params=["process", "thread"])
+# inside the TaskManager JVM (PEMJA; issue 35 measures what each costs). Thread mode is
+# experimental (a benchmark burst once wedged its JVM at a checkpoint): its run is bounded
+# well below the suite's 900 s per test, so a wedge fails here instead of stalling CI.
+@pytest.fixture(scope="module", params=["process", pytest.param("thread", marks=pytest.mark.timeout(420))])
 def landed(
     broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Landed:
