@@ -323,8 +323,9 @@ def _run(
                     bar.advance(sum(j.size for j in shares[share]))
                 seen[share] = doc
             if state in ("FAILED", "FAILING", "CANCELED"):
+                ended = "was cancelled" if state == "CANCELED" else "failed"  # FAILING: failed
                 raise CopyError(
-                    f"the copy job {handle.job_id} on the {handle.where} {state.lower()}; nothing was "
+                    f"the copy job {handle.job_id} on the {handle.where} {ended}; nothing was "
                     f"committed, run the same command again to resume (logs in {settings.log_dir}):\n"
                     f"{handle.failure()}"
                 )

@@ -1,14 +1,15 @@
 """The PyFlink batch job of `pilake dataset copy --flink` (issue 33's "beyond one machine").
 
-Job graph (BATCH runtime mode): a bounded collection of *shares* (each a JSON list of the files
-one subtask moves, planned by `pi_jobs.datasets._flink_copy`) -> rebalance (round robin: with
-`shares_per_subtask` shares per subtask every subtask gets the same number) -> `CopyShareFunction`
-at the job's parallelism. A subtask moves its share with the single-process machinery
-(`pi_jobs.datasets._transfer.Transfers`: many transfers in flight, every file verified by its page
-CRCs and a sha256 read back), keeps a copy manifest per share at the destination, and writes a
-*share report* there (`share_report_path`): the facts of every file it verified (size, sha256,
-rows, Delta statistics) and what it did. It commits nothing: the driver commits the destination's
-files, rows and pin once every share reported (the lake's commit order, SPEC.md §7.7).
+Job graph (BATCH runtime mode): a bounded collection of *shares* (each a JSON list of files,
+planned by `pi_jobs.datasets._flink_copy`) -> broadcast -> `CopyShareFunction` at the job's
+parallelism, where subtask i takes the shares numbered i modulo the parallelism (with
+`shares_per_subtask` shares per subtask every subtask gets the same number). A subtask moves its
+shares with the single-process machinery (`pi_jobs.datasets._transfer.Transfers`: many
+transfers in flight, every file verified by its page CRCs and a sha256), keeps a copy manifest
+per share at the destination, and writes a *share report* there (`share_report_path`): the facts
+of every file it verified (size, sha256, rows, Delta statistics) and what it did. It commits
+nothing: the driver commits the destination's files, rows and pin once every share reported
+(the lake's commit order, SPEC.md §7.7).
 
 Every path here is the destination's: a TaskManager on another machine reads and writes the same
 stores as the driver (the reports go where the data goes).
@@ -86,6 +87,7 @@ class CopyShareFunction(ProcessFunction):
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         self.subtask = int(runtime_context.get_index_of_this_subtask())
         self.attempt = int(runtime_context.get_attempt_number())
+        self.subtasks = int(runtime_context.get_number_of_parallel_subtasks())
         self.source = LakeStore.open(self.settings.source_root)
         self.dest = LakeStore.open(self.settings.dest_root)
 
@@ -93,6 +95,8 @@ class CopyShareFunction(ProcessFunction):
         s = self.settings
         item = json.loads(value)
         share = int(item["share"])
+        if share % self.subtasks != self.subtask:
+            return  # another subtask's share
         files = [FileJob(str(r), int(n), bool(c), int(rows), str(st)) for r, n, c, rows, st in item["files"]]
         manifest = CopyManifest.load(self.dest, f"{s.pin}.flink/share-{share:05d}")
         transfers = Transfers(
@@ -149,12 +153,16 @@ def build_copy_job(settings: ShareSettings, shares: Sequence[str]) -> Any:
     conf.set_string("taskmanager.numberOfTaskSlots", str(settings.parallelism))
     # one share per element: a bundle of one hands it to the worker at once
     conf.set_string("python.fn-execution.bundle.size", "1")
+    conf.set_string("execution.batch.adaptive.auto-parallelism.enabled", "false")  # --parallelism it is
     env = StreamExecutionEnvironment.get_execution_environment(conf)
     env.set_runtime_mode(RuntimeExecutionMode.BATCH)
     env.set_parallelism(settings.parallelism)
     (
         env.from_collection(list(shares), type_info=Types.STRING())
-        .rebalance()
+        # every subtask sees every share and takes those of its index (`process_element`): Flink
+        # 2's adaptive batch scheduler hands a rebalance edge's subpartitions to the consumers by
+        # bytes, and a few small shares all landed in subtask 0
+        .broadcast()
         .process(CopyShareFunction(settings), output_type=Types.STRING())
         .name("pilake-dataset-copy")
         .print()  # PyFlink needs a sink; the reports are at the destination
