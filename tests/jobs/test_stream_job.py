@@ -7,6 +7,7 @@ per module processes them all. A few pure helpers of the driver are unit-tested 
 
 from __future__ import annotations
 
+import os
 import time
 import uuid
 from dataclasses import dataclass
@@ -80,8 +81,23 @@ def _read_acks(broker: str, topic: str, expected: int, timeout_s: float = 30.0) 
 # both places PyFlink runs the sink's Python: a Beam worker process (the default) and threads
 # inside the TaskManager JVM (PEMJA; issue 35 measures what each costs). Thread mode is
 # experimental (a benchmark burst once wedged its JVM at a checkpoint): its run is bounded
-# well below the suite's 900 s per test, so a wedge fails here instead of stalling CI.
-@pytest.fixture(scope="module", params=["process", pytest.param("thread", marks=pytest.mark.timeout(420))])
+# well below the suite's 900 s per test, so a wedge fails here instead of stalling CI. Because a
+# wedge is not understood yet, its scenario runs on request (PILAKE_TEST_THREAD_MODE=1), not in CI:
+# a failure there would say "thread mode is experimental", which the docs already say.
+_THREAD_MODE = pytest.param(
+    "thread",
+    marks=[
+        pytest.mark.timeout(420),
+        pytest.mark.skipif(
+            os.environ.get("PILAKE_TEST_THREAD_MODE") != "1",
+            reason="PyFlink thread mode is experimental (a JVM wedged once at a checkpoint under a "
+            "benchmark burst); set PILAKE_TEST_THREAD_MODE=1 to run its scenario",
+        ),
+    ],
+)
+
+
+@pytest.fixture(scope="module", params=["process", _THREAD_MODE])
 def landed(
     broker: str, stack_settings: Any, tmp_path_factory: pytest.TempPathFactory, request: pytest.FixtureRequest
 ) -> Landed:
