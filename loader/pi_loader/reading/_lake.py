@@ -402,7 +402,9 @@ def pooled_stats(episodes: pa.Table, kind: str) -> Stats:
     counts = episodes.column("step_count").to_numpy().astype(np.float64)
     mats = {}
     for stat in STAT_FIELDS:
-        mats[stat] = _flat_matrix(episodes.column(f"{kind}_{stat}"), f"{kind}_{stat}", np.float64)
+        # min and max are exact in the stored float32: only the weighted moments need float64
+        dtype = np.float32 if stat in ("min", "max") else np.float64
+        mats[stat] = _flat_matrix(episodes.column(f"{kind}_{stat}"), f"{kind}_{stat}", dtype)
     total = counts.sum()
     mean = (counts[:, None] * mats["mean"]).sum(0) / total
     second = (counts[:, None] * (mats["std"] ** 2 + mats["mean"] ** 2)).sum(0) / total

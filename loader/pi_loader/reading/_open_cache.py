@@ -28,9 +28,10 @@ import os
 import re
 import tempfile
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import pyarrow as pa
 
@@ -103,19 +104,22 @@ class OpenCache:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             meta = {"versions": {t: int(versions[t]) for t in _TABLES}, "checksummed": sorted(checksummed)}
-            self._atomic(f"{stem}.json", json.dumps(meta).encode())
-            sink = pa.BufferOutputStream()
-            with pa.ipc.new_file(sink, rows.schema) as writer:
-                writer.write_table(rows)
-            self._atomic(f"{stem}.arrow", sink.getvalue().to_pybytes())
+            self._atomic(f"{stem}.json", lambda out: out.write(json.dumps(meta).encode()))
+
+            def write_rows(out: Any) -> None:
+                # streamed into the file: no in-memory copy of the rows (160 MB at 210,000 episodes)
+                with pa.ipc.new_file(out, rows.schema) as writer:
+                    writer.write_table(rows)
+
+            self._atomic(f"{stem}.arrow", write_rows)
         except OSError:
             pass  # a cache: the open already has its rows
 
-    def _atomic(self, name: str, data: bytes) -> None:
+    def _atomic(self, name: str, write: Callable[[Any], object]) -> None:
         fd, tmp = tempfile.mkstemp(dir=self.directory, prefix=".tmp-")
         try:
             with os.fdopen(fd, "wb") as out:
-                out.write(data)
+                write(out)
                 out.flush()
                 os.fsync(out.fileno())
             os.rename(tmp, self.directory / name)
@@ -128,7 +132,8 @@ class OpenCache:
         meta_path = path.with_suffix(".json")
         try:
             meta = json.loads(meta_path.read_text())
-            rows = pa.ipc.open_file(pa.BufferReader(path.read_bytes())).read_all()
+            # mapped, not read: the rows stay in the page cache, shared by every process of the host
+            rows = pa.ipc.open_file(pa.memory_map(str(path))).read_all()
             versions = {t: int(meta["versions"][t]) for t in _TABLES}
             checksummed = frozenset(str(t) for t in meta["checksummed"])
         except FileNotFoundError:
