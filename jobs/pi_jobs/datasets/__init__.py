@@ -1,5 +1,6 @@
 """Moving datasets: `pilake dataset copy` (a pin into another lake, verified, resumable,
-committed last) and `pilake dataset stage` (a pin into a training host's loader cache).
+committed last; `--flink` spreads it over a PyFlink job's subtasks) and `pilake dataset stage`
+(a pin into a training host's loader cache).
 
 Example:
     >>> from pi_jobs.datasets import copy_dataset
@@ -7,6 +8,7 @@ Example:
     412
 """
 
+from pi_jobs.datasets._flink_copy import FlinkCopyOptions, FlinkCopyReport, copy_dataset_flink
 from pi_jobs.datasets._transfer import KILL_AFTER_FILES_ENV, CopyError
 from pi_jobs.datasets.copy import CopyOptions, CopyReport, copy_dataset
 from pi_jobs.datasets.stage import StageOptions, stage_dataset
@@ -16,7 +18,10 @@ __all__ = [
     "CopyError",
     "CopyOptions",
     "CopyReport",
+    "FlinkCopyOptions",
+    "FlinkCopyReport",
     "StageOptions",
     "copy_dataset",
+    "copy_dataset_flink",
     "stage_dataset",
 ]

@@ -22,26 +22,16 @@ import json
 import re
 import time
 import uuid
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TextIO
-
-from pi_format import LakeLayout
 
 from pi_jobs.datasets._flink_copy_job import ShareSettings, flink_dir, share_item, share_report_path
 from pi_jobs.datasets._manifest import DoneFile
 from pi_jobs.datasets._progress import Progress
-from pi_jobs.datasets._rows import commit_rows, extra_rows, missing_pairs, source_rows
 from pi_jobs.datasets._stores import LakeStore
 from pi_jobs.datasets._transfer import CopyError, FileJob
-from pi_jobs.datasets.copy import (
-    _FILE_TABLES,
-    CopyOptions,
-    CopyReport,
-    _check_ends,
-    _plan,
-    _record_catalog,
-)
+from pi_jobs.datasets.copy import CopyOptions, CopyReport, commit_copy, plan_copy
 
 _REPORT_NAME = re.compile(r"share-(\d{5})\.json")
 
@@ -136,38 +126,10 @@ def copy_dataset_flink(
         ...                    flink=FlinkCopyOptions(parallelism=8)).subtask_files
         {'0': 52, '1': 52, ...}
     """
-    from pi_format.errors import LakeError
-    from pi_format.lake import PinStore, ensure_lake_tables
-    from pi_format.lake._commit import file_sizes
-    from pi_format.lake.pins import check_pin_name
-
     started = time.perf_counter()
     options, flink = options or CopyOptions(), flink or FlinkCopyOptions()
-    check_pin_name(name)
-    source, dest = LakeLayout(source_root), LakeLayout(dest_root)
-    _check_ends(source.root, dest.root)
-    dest_store = LakeStore.open(dest.root)
-    LakeStore.open(source.root)  # ValueError: not a local path or s3:// URI
-    try:
-        pin = PinStore(source).get(name)
-    except LakeError as err:
-        raise CopyError(str(err)) from err
-    rows = source_rows(source, pin)
-    jobs = _plan(source, rows)
-    tables = ensure_lake_tables(dest)
-    committed = {n: file_sizes(tables[n]) for n in _FILE_TABLES}
-    to_send: list[FileJob] = []
-    for job in jobs:
-        table, path = job.relative.split("/", 1)
-        there = committed[table].get(path)
-        if there is None:
-            to_send.append(job)
-        elif there != job.size:
-            raise CopyError(
-                f"{dest.table(table)}/{path} is committed at the destination with {there} bytes, the "
-                f"source's has {job.size}: the destination holds another file of the same name"
-            )
-
+    plan = plan_copy(source_root, name, dest_root)
+    source, dest, dest_store, jobs, to_send = plan.source, plan.dest, plan.dest_store, plan.jobs, plan.to_send
     shares = split_shares(to_send, flink.parallelism * flink.shares_per_subtask) if to_send else []
     run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:8]}"
     settings = ShareSettings(
@@ -201,14 +163,7 @@ def copy_dataset_flink(
             f"the copy job ended without verifying {len(missing)} file(s), first {missing[0]!r}; nothing "
             "was committed: run the same command again"
         )
-    rows_committed = _commit(source, dest, tables, pin, rows, to_send, done, name)
-    source_rows(dest, pin)  # read back at the destination: every pair, the pin's content hash
-    if dest_catalog:
-        _record_catalog(dest, dest_catalog, pin.episode_ids)
-    try:
-        PinStore(dest).create(replace(pin, lake_root=dest.root))  # LAST
-    except LakeError as err:
-        raise CopyError(f"the destination {dest.root}: {err}") from err
+    rows_committed = commit_copy(plan, done, dest_catalog)
     _clean(dest_store, name)
     subtask_files: dict[str, int] = {}
     for report in reports:
@@ -218,8 +173,8 @@ def copy_dataset_flink(
     return FlinkCopyReport(
         pin=name,
         dest=dest.root,
-        content_hash=pin.content_hash,
-        episodes=len(pin.episode_ids),
+        content_hash=plan.pin.content_hash,
+        episodes=len(plan.pin.episode_ids),
         files=len(jobs),
         files_sent=sent,
         files_already_there=len(jobs) - sent,
@@ -233,43 +188,6 @@ def copy_dataset_flink(
         job_id=job_id,
         where=f"session cluster {flink.cluster}" if flink.cluster else "mini-cluster",
     )
-
-
-def _commit(
-    source: LakeLayout,
-    dest: LakeLayout,
-    tables: dict[str, Any],
-    pin: Any,
-    rows: Any,
-    to_send: list[FileJob],
-    done: dict[str, DoneFile],
-    name: str,
-) -> dict[str, int]:
-    """Commit the verified files, then the annotations and deletions, then the episodes rows (the
-    commit markers), in the lake's order; returns the rows committed per table."""
-    from pi_format.lake import WrittenFile, commit_actions
-
-    for table in _FILE_TABLES:
-        adds = [
-            WrittenFile(j.relative.split("/", 1)[1], f.size, f.num_rows, f.stats_json)
-            for j in to_send
-            if j.relative.startswith(f"{table}/")
-            for f in (done[j.relative],)
-        ]
-        if adds:
-            commit_actions(tables[table], table, adds=adds, operation="copy")
-    rows_committed: dict[str, int] = {}
-    writer_id = f"copy-{name}"
-    for table in ("annotations", "deletions"):
-        extra = extra_rows(source, dest, table, pin)
-        if extra.num_rows:
-            commit_rows(dest, tables, table, extra, writer_id=writer_id)
-        rows_committed[table] = extra.num_rows
-    new = missing_pairs(dest, rows)
-    if new.num_rows:
-        commit_rows(dest, tables, "episodes", new, writer_id=writer_id)
-    rows_committed["episodes"] = new.num_rows
-    return rows_committed
 
 
 def _clean(store: LakeStore, pin: str) -> None:

@@ -16,8 +16,8 @@ reader of the destination never sees a half-copied pin. Every file is verified b
 (`_manifest`): the same command after a SIGKILL, or for a newer pin of the same selection, sends
 only what the destination lacks.
 
-Not here: a copy spread over a Flink cluster's TaskManagers (issue 33's "beyond one machine");
-one process moves the files with many transfers in flight.
+One process moves the files with many transfers in flight; `copy_dataset_flink`
+(`_flink_copy`) spreads the same plan over a Flink job's subtasks and commits it the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +29,7 @@ from typing import Any, TextIO
 
 from pi_format import LakeLayout
 
-from pi_jobs.datasets._manifest import CopyManifest
+from pi_jobs.datasets._manifest import CopyManifest, DoneFile
 from pi_jobs.datasets._progress import Progress
 from pi_jobs.datasets._rows import commit_rows, extra_rows, missing_pairs, source_rows
 from pi_jobs.datasets._stores import LakeStore, contains
@@ -190,6 +190,98 @@ def _check_ends(source_root: str, dest_root: str) -> None:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class CopyPlan:
+    """What a copy of one pin moves: the checked ends, the pin and its rows, every file it reads
+    (`jobs`) and those the destination's Delta log lacks (`to_send`). One plan for the copy in
+    one process and the copy as a Flink job (`_flink_copy`)."""
+
+    source: LakeLayout
+    dest: LakeLayout
+    source_store: LakeStore
+    dest_store: LakeStore
+    pin: Any
+    rows: Any
+    jobs: list[FileJob]
+    tables: dict[str, Any]
+    to_send: list[FileJob]
+
+
+def plan_copy(source_root: str, name: str, dest_root: str) -> CopyPlan:
+    """Check the ends and the pin, open (or make) the destination's tables, and list the files to
+    send; a destination file of the same name and another size is a `CopyError`."""
+    from pi_format.errors import LakeError
+    from pi_format.lake import PinStore
+    from pi_format.lake._commit import file_sizes
+    from pi_format.lake.pins import check_pin_name
+
+    check_pin_name(name)
+    _check_root("source", source_root)
+    _check_root("destination", dest_root)
+    source, dest = LakeLayout(source_root), LakeLayout(dest_root)
+    _check_ends(source.root, dest.root)
+    source_store, dest_store = LakeStore.open(source.root), LakeStore.open(dest.root)
+    try:
+        pin = PinStore(source).get(name)
+    except LakeError as err:
+        raise CopyError(str(err)) from err
+    rows = source_rows(source, pin)
+    jobs = _plan(source, rows)
+    tables = _dest_tables(dest, dest_store)
+    committed = {n: file_sizes(tables[n]) for n in _FILE_TABLES}
+    to_send: list[FileJob] = []
+    for job in jobs:
+        table, path = job.relative.split("/", 1)
+        there = committed[table].get(path)
+        if there is None:
+            to_send.append(job)
+        elif there != job.size:
+            raise CopyError(
+                f"{dest.table(table)}/{path} is committed at the destination with {there} bytes, the "
+                f"source's has {job.size}: the destination holds another file of the same name"
+            )
+    return CopyPlan(source, dest, source_store, dest_store, pin, rows, jobs, tables, to_send)
+
+
+def commit_copy(plan: CopyPlan, done: dict[str, DoneFile], dest_catalog: str | None) -> dict[str, int]:
+    """Commit a plan whose files are all verified (`done`), in the lake's order: the steps and
+    video files, the annotations and deletions, the episodes rows (the commit markers), the
+    catalog, and the pin LAST after its rows were read back with its content hash. Returns the
+    rows committed per table."""
+    from pi_format.errors import LakeError
+    from pi_format.lake import PinStore, WrittenFile, commit_actions
+
+    source, dest, tables, pin = plan.source, plan.dest, plan.tables, plan.pin
+    for table in _FILE_TABLES:
+        adds = [
+            WrittenFile(j.relative.split("/", 1)[1], f.size, f.num_rows, f.stats_json)
+            for j in plan.to_send
+            if j.relative.startswith(f"{table}/")
+            for f in (done[j.relative],)
+        ]
+        if adds:
+            commit_actions(tables[table], table, adds=adds, operation="copy")
+    writer_id = f"copy-{pin.name}"
+    rows_committed: dict[str, int] = {}
+    for table in ("annotations", "deletions"):
+        extra = extra_rows(source, dest, table, pin)
+        if extra.num_rows:
+            commit_rows(dest, tables, table, extra, writer_id=writer_id)
+        rows_committed[table] = extra.num_rows
+    new = missing_pairs(dest, plan.rows)
+    if new.num_rows:
+        commit_rows(dest, tables, "episodes", new, writer_id=writer_id)
+    rows_committed["episodes"] = new.num_rows
+    source_rows(dest, pin)  # read back at the destination: every pair, the pin's content hash
+    if dest_catalog:
+        _record_catalog(dest, dest_catalog, pin.episode_ids)
+    try:
+        PinStore(dest).create(replace(pin, lake_root=dest.root))  # LAST
+    except LakeError as err:
+        raise CopyError(f"the destination {dest.root}: {err}") from err
+    return rows_committed
+
+
 def copy_dataset(
     source_root: str,
     name: str,
@@ -226,39 +318,10 @@ def copy_dataset(
         >>> copy_dataset("/data/lake", "pick-v3", "s3://other-region/lake").files_sent
         412
     """
-    from pi_format.errors import LakeError
-    from pi_format.lake import PinStore
-    from pi_format.lake._commit import file_sizes
-    from pi_format.lake.pins import check_pin_name
-
     started = time.perf_counter()
     options = options or CopyOptions()
-    check_pin_name(name)
-    _check_root("source", source_root)
-    _check_root("destination", dest_root)
-    source, dest = LakeLayout(source_root), LakeLayout(dest_root)
-    _check_ends(source.root, dest.root)
-    source_store, dest_store = LakeStore.open(source.root), LakeStore.open(dest.root)
-    try:
-        pin = PinStore(source).get(name)
-    except LakeError as err:
-        raise CopyError(str(err)) from err
-    rows = source_rows(source, pin)
-    jobs = _plan(source, rows)
-
-    tables = _dest_tables(dest, dest_store)
-    committed = {n: file_sizes(tables[n]) for n in _FILE_TABLES}
-    to_send: list[FileJob] = []
-    for job in jobs:
-        table, path = job.relative.split("/", 1)
-        there = committed[table].get(path)
-        if there is None:
-            to_send.append(job)
-        elif there != job.size:
-            raise CopyError(
-                f"{dest.table(table)}/{path} is committed at the destination with {there} bytes, the "
-                f"source's has {job.size}: the destination holds another file of the same name"
-            )
+    plan = plan_copy(source_root, name, dest_root)
+    source_store, dest_store, to_send = plan.source_store, plan.dest_store, plan.to_send
     manifest = CopyManifest.load(dest_store, name)
     manifest.flush_s = options.manifest_flush_s
     bar = None
@@ -277,45 +340,16 @@ def copy_dataset(
     if bar is not None:
         bar.close()
 
-    from pi_format.lake import WrittenFile, commit_actions
-
-    writer_id = f"copy-{name}"
-    rows_committed: dict[str, int] = {}
-    for table in _FILE_TABLES:
-        adds = [
-            WrittenFile(j.relative.split("/", 1)[1], f.size, f.num_rows, f.stats_json)
-            for j in to_send
-            if j.relative.startswith(f"{table}/")
-            for f in (done[j.relative],)
-        ]
-        if adds:
-            commit_actions(tables[table], table, adds=adds, operation="copy")
-    for table in ("annotations", "deletions"):
-        extra = extra_rows(source, dest, table, pin)
-        if extra.num_rows:
-            commit_rows(dest, tables, table, extra, writer_id=writer_id)
-        rows_committed[table] = extra.num_rows
-    new = missing_pairs(dest, rows)
-    if new.num_rows:
-        commit_rows(dest, tables, "episodes", new, writer_id=writer_id)
-    rows_committed["episodes"] = new.num_rows
-
-    source_rows(dest, pin)  # read back at the destination: every pair, the pin's content hash
-    if dest_catalog:
-        _record_catalog(dest, dest_catalog, pin.episode_ids)
-    try:
-        PinStore(dest).create(replace(pin, lake_root=dest.root))  # LAST
-    except LakeError as err:
-        raise CopyError(f"the destination {dest.root}: {err}") from err
+    rows_committed = commit_copy(plan, done, dest_catalog)
     counts = transfers.counts
     return CopyReport(
         pin=name,
-        dest=dest.root,
-        content_hash=pin.content_hash,
-        episodes=len(pin.episode_ids),
-        files=len(jobs),
+        dest=plan.dest.root,
+        content_hash=plan.pin.content_hash,
+        episodes=len(plan.pin.episode_ids),
+        files=len(plan.jobs),
         files_sent=counts.sent,
-        files_already_there=len(jobs) - counts.sent,
+        files_already_there=len(plan.jobs) - counts.sent,
         bytes_sent=counts.bytes_sent,
         files_refetched=counts.refetched,
         rows_committed=rows_committed,
