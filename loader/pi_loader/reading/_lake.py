@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -251,13 +252,17 @@ def _read(
         default_fragment_scan_options=pads.ParquetFragmentScanOptions(page_checksum_verification=True)
     )
     wanted = [*columns, "__filename"] if tag_files else columns
+    # pyarrow reads a page without a CRC unverified: where every file has them, walk the page
+    # headers (a damaged CRC field marker is damage, not "no CRC"), in a thread beside the read
+    # (pyarrow decodes without the GIL; the walk's CRCs are zlib's)
+    # (a pool per call, not per module: a forked process must not inherit a dead worker thread)
+    pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pi-loader-page-walk")
+    walk = pool.submit(pages_damaged, files.name, paths) if files.checksummed else None
     try:
         table: pa.Table = pads.dataset(paths, format=checked, schema=schema).to_table(
             columns=wanted, filter=flt
         )
-        # pyarrow reads a page without a CRC unverified: where every file has them, walk the
-        # page headers (a damaged CRC field marker is damage, not "no CRC")
-        bad = pages_damaged(files.name, paths) if files.checksummed else []
+        bad = [] if walk is None else walk.result()
     except FileNotFoundError as err:
         raise SnapshotDataMissingError(
             missing_files_message(files.name, files.version, str(err), err)
@@ -268,6 +273,8 @@ def _read(
         bad = damaged_files(files.name, paths, columns, schema)
         if not bad:
             raise as_corrupt(err, {"table": files.name, "file": ", ".join(paths[:3])}) from None
+    finally:
+        pool.shutdown(wait=True)  # a walk left running when the read failed ends here
     if bad:
         if unreadable is None:
             raise bad[0][1]
