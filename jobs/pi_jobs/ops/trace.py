@@ -21,6 +21,7 @@ from collections.abc import Iterable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -146,6 +147,40 @@ def _rows(table_uri: str, episode_id: str, columns: Sequence[str]) -> list[dict[
     return rows
 
 
+def _indexed_rows(table_uri: str, episode_id: str, columns: Sequence[str]) -> list[dict[str, Any]]:
+    """`_rows` through each data file's kept (episode id, row group) index (`_file_index`): the
+    raw table's ids are not sorted in its files, so a filtered scan reads the id column of every
+    file on every trace (~0.5 s at 100,000 episodes). `_rows` itself where a file lacks a column
+    (a partition column, an older schema)."""
+    import pyarrow as pa
+    import pyarrow.compute as pc
+    import pyarrow.parquet as pq
+
+    from pi_jobs.ops import _file_index
+
+    try:
+        dataset = _dataset(table_uri)
+    except Exception as err:  # TableNotFoundError: a lake without this table yet
+        log.debug("trace: no table at %s (%s)", table_uri, err)
+        return []
+    fs, files = dataset.filesystem, list(dataset.files)
+    _file_index.forget(table_uri, files)
+    parts = []
+    for path in files:
+        opener = partial(pq.ParquetFile, path, filesystem=fs)
+        groups, meta = _file_index.row_groups(table_uri, path, "episode_id", [episode_id], opener)
+        if not groups:
+            continue
+        if any(c not in meta.schema.names for c in columns):
+            return _rows(table_uri, episode_id, columns)
+        rows = pq.ParquetFile(path, filesystem=fs, metadata=meta).read_row_groups(
+            groups, columns=[*columns, "episode_id"]
+        )
+        parts.append(rows.filter(pc.equal(rows.column("episode_id"), episode_id)).select(list(columns)))
+    out: list[dict[str, Any]] = pa.concat_tables(parts).to_pylist() if parts else []
+    return out
+
+
 def lake_events(episode_id: str, layout: LakeLayout) -> list[TraceEvent]:
     """What the lake holds about the episode: raw arrivals per attempt, quarantine rows,
     releases and the `episodes` row (the commit marker).
@@ -171,7 +206,10 @@ def lake_events(episode_id: str, layout: LakeLayout) -> list[TraceEvent]:
         "episodes": (layout.episodes, ["attempt_id", "received_at_ns", "committed_at_ns", "step_count"]),
     }
     with ThreadPoolExecutor(max_workers=len(wanted), thread_name_prefix="trace") as pool:
-        futures = {name: pool.submit(_rows, uri, episode_id, cols) for name, (uri, cols) in wanted.items()}
+        futures = {
+            name: pool.submit(_indexed_rows if name == "raw" else _rows, uri, episode_id, cols)
+            for name, (uri, cols) in wanted.items()
+        }
         found = {name: future.result() for name, future in futures.items()}
     raw = found["raw"]
     by_attempt: dict[str, list[dict[str, Any]]] = {}

@@ -1,0 +1,84 @@
+"""What the operator pages keep between requests, keyed by what it was computed from.
+
+The Quarantine and Pins pages computed everything on every request: the open quarantine list
+(the quarantine, episodes and releases tables read whole) and each pin's rows hashed again to
+say "intact" (~1.1 s each at 100,000 episodes on a loaded 2-core host). Here each result is
+kept under a key that changes whenever its answer could: the Delta table versions it read (a
+commit makes a new version), and for a pin its file, content hash and creation time. A stale
+answer is therefore never served; a new commit or pin is seen on the next request. Bounded: a
+few entries each. (The raw messages of a page are found by `pi_jobs.ops._file_index`.)
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any
+
+_LOCK = threading.Lock()
+# quarantine lists by (table versions, include_closed): a page, its last page and "all" ~ 4 keys
+_QUARANTINE: OrderedDict[tuple[Any, ...], list[Any]] = OrderedDict()
+_QUARANTINE_KEPT = 8
+# pin checks by (pin name, its file, content hash, created_at_ns, episodes version)
+_PIN_CHECKS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_PIN_CHECKS_KEPT = 4096
+
+
+def table_version(uri: str) -> int | None:
+    """The Delta table's latest version, None when there is no table (~10 ms: the log only)."""
+    from deltalake import DeltaTable
+    from deltalake.exceptions import TableNotFoundError
+
+    try:
+        return int(DeltaTable(uri).version())
+    except TableNotFoundError:
+        return None
+
+
+def _remember(cache: OrderedDict[tuple[Any, ...], Any], key: tuple[Any, ...], value: Any, kept: int) -> None:
+    with _LOCK:
+        cache[key] = value
+        cache.move_to_end(key)
+        while len(cache) > kept:
+            cache.popitem(last=False)
+
+
+def quarantine_list(layout: Any, *, include_closed: bool) -> list[Any]:
+    """`pi_jobs.ops.quarantine.list_quarantine`, kept per versions of the three tables it reads.
+
+    The versions are read before the list: the list is at least as new as its key, so a commit
+    between the two makes the next request read again, never serves an older list.
+    """
+    from pi_jobs.ops.quarantine import list_quarantine
+
+    key = (
+        layout.root,
+        table_version(layout.quarantine),
+        table_version(layout.episodes),
+        table_version(layout.quarantine_releases),
+        include_closed,
+    )
+    with _LOCK:
+        kept = _QUARANTINE.get(key)
+    if kept is not None:
+        return kept
+    entries = list_quarantine(layout, include_closed=include_closed)
+    _remember(_QUARANTINE, key, entries, _QUARANTINE_KEPT)
+    return entries
+
+
+def pin_check(key: tuple[Any, ...]) -> Any:
+    """A kept pin check (None when there is none for `key`)."""
+    with _LOCK:
+        return _PIN_CHECKS.get(key)
+
+
+def keep_pin_check(key: tuple[Any, ...], check: Any) -> None:
+    _remember(_PIN_CHECKS, key, check, _PIN_CHECKS_KEPT)
+
+
+def clear() -> None:
+    """Forget everything (tests)."""
+    with _LOCK:
+        _QUARANTINE.clear()
+        _PIN_CHECKS.clear()
