@@ -83,9 +83,14 @@ def test_pin_checks_follow_the_episodes_version_and_new_pins(
 
     rows, total = _ops.pins_page(layout, page=0, page_size=50)
     assert total == 1 and rows[0].intact
-    hashed = []
+    hashed: list[int] = []
     real = _ops.fast_content_hash
-    monkeypatch.setattr(_ops, "fast_content_hash", lambda t: hashed.append(1) or real(t))
+
+    def counted(rows: pa.Table) -> str:
+        hashed.append(1)
+        return real(rows)
+
+    monkeypatch.setattr(_ops, "fast_content_hash", counted)
     assert _ops.pins_page(layout, page=0, page_size=50)[0] == rows
     assert hashed == []  # nothing changed: the kept check, no rows hashed again
     create_dataset(layout, "ep1", episode_ids=["ep-001"])
