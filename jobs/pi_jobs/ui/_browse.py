@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from pi_jobs.ui import _dataset
+from pi_jobs.ui import _dataset, _page_cache
 from pi_jobs.ui._episodes import EpisodeFilter, FilterRefused, list_episodes, strict_page, where_on
 from pi_jobs.ui._reads import iso
 
@@ -51,10 +51,13 @@ def dataset(pages: Any, request: Request) -> Response:
     if pin:
         if len(pin) > _MAX_PIN_CHARS:
             raise FilterRefused(f"pin is {len(pin):,} characters; pin names are at most 128 (SPEC 1.1)")
-        rows, wanted = _dataset.pin_rows(layout, pin)
-        stats = _dataset.dataset_stats(
-            layout, _dataset.tally_rows(rows), title=f"pin {pin}", names=names, pinned=wanted
-        )
+
+        def of_pin() -> Any:
+            rows, wanted = _dataset.pin_rows(layout, pin)
+            tally = _dataset.tally_rows(rows)
+            return _dataset.dataset_stats(layout, tally, title=f"pin {pin}", names=names, pinned=wanted)
+
+        stats = _page_cache.pin_stats(layout, pin, names, of_pin)  # kept per pin + episodes version
         source = {"pin": pin}
     elif sql:
         from pi_catalog import CatalogQueryError

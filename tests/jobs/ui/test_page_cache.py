@@ -122,3 +122,34 @@ def test_trace_through_the_file_index_equals_the_scan(layout: LakeLayout) -> Non
     _quarantine_row(layout, 7, b"PIEP" * 4)  # a new raw file after the index was made
     indexed, scanned = both("ep-q7")
     assert indexed == scanned and [r["kafka_offset"] for r in indexed] == [107]
+
+
+def test_pin_dataset_page_follows_the_pin_and_the_episodes_version(
+    ui_lake: UiLake, layout: LakeLayout
+) -> None:
+    import re
+
+    from deltalake import DeltaTable
+    from pi_format.lake import PinStore
+    from pi_jobs.maintenance.datasets import create_dataset
+    from pi_jobs.ui import UiConfig, create_app
+    from starlette.testclient import TestClient
+
+    config = UiConfig(lake_root=layout.root, catalog=ui_lake.catalog, cache_dir=ui_lake.cache)
+
+    def episodes(client: TestClient) -> int:
+        response = client.get("/dataset?pin=two")
+        assert response.status_code == 200
+        found = re.search(r'id="d-episodes">([0-9,]+)<', response.text)
+        assert found is not None
+        return int(found.group(1).replace(",", ""))
+
+    with TestClient(create_app(config), base_url="http://127.0.0.1:8765") as client:
+        create_dataset(layout, "two", episode_ids=["ep-000", "ep-001"])
+        assert episodes(client) == 2 and episodes(client) == 2
+        DeltaTable(layout.episodes).delete("episode_id = 'ep-001'")  # a new episodes version
+        assert episodes(client) == 1
+        PinStore(layout).delete("two")
+        create_dataset(layout, "two", episode_ids=["ep-000", "ep-002"])  # the same name, a new pin
+        assert episodes(client) == 2
+        assert client.get("/dataset?pin=nope").status_code == 404
