@@ -1,6 +1,6 @@
 """What the operator pages keep between requests, keyed by what it was computed from.
 
-The Quarantine, Pins and a pin's Dataset page computed everything on every request: the open quarantine list
+The Quarantine, Pins and Dataset pages computed everything on every request: the open quarantine list
 (the quarantine, episodes and releases tables read whole) and each pin's rows hashed again to
 say "intact" (~1.1 s each at 100,000 episodes on a loaded 2-core host). Here each result is
 kept under a key that changes whenever its answer could: the Delta table versions it read (a
@@ -27,6 +27,10 @@ _PIN_CHECKS_KEPT = 4096
 # version, dimension names): ~0.6 s to merge its sketches, a few kB kept
 _PIN_STATS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
 _PIN_STATS_KEPT = 64
+# the Dataset page's merged distributions by (sample ids, pinned keys, dimension names, episodes
+# and deletions versions): the same selection samples the same ids
+_DISTRIBUTIONS: OrderedDict[tuple[Any, ...], Any] = OrderedDict()
+_DISTRIBUTIONS_KEPT = 32
 
 
 def table_version(uri: str) -> int | None:
@@ -101,9 +105,43 @@ def pin_stats(layout: Any, name: str, names: Any, compute: Callable[[], Any]) ->
     return kept
 
 
+def _digest(values: Any) -> str:
+    """A sha256 of an Arrow string array's values (None: "-")."""
+    import hashlib
+
+    if values is None:
+        return "-"
+    digest = hashlib.sha256()
+    for value in values.to_pylist():
+        digest.update(str(value).encode() + b"\x00")
+    return digest.hexdigest()
+
+
+def distributions(layout: Any, of: tuple[Any, Any, int], compute: Callable[[], Any]) -> Any:
+    """`compute()` (the distributions merged from the sketches of sample `of[0]`, of the pinned
+    keys `of[1]` or the visible attempts, with dimension names `of[2]`), kept while the episodes
+    and deletions tables hold the versions read before it."""
+    sample, pinned, names = of
+    key = (
+        layout.root,
+        table_version(layout.episodes),
+        table_version(layout.deletions),
+        _digest(sample),
+        _digest(pinned),
+        names,
+    )
+    with _LOCK:
+        kept = _DISTRIBUTIONS.get(key)
+    if kept is None:
+        kept = compute()
+        _remember(_DISTRIBUTIONS, key, kept, _DISTRIBUTIONS_KEPT)
+    return kept
+
+
 def clear() -> None:
     """Forget everything (tests)."""
     with _LOCK:
         _QUARANTINE.clear()
         _PIN_CHECKS.clear()
         _PIN_STATS.clear()
+        _DISTRIBUTIONS.clear()

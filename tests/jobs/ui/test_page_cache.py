@@ -153,3 +153,25 @@ def test_pin_dataset_page_follows_the_pin_and_the_episodes_version(
         create_dataset(layout, "two", episode_ids=["ep-000", "ep-002"])  # the same name, a new pin
         assert episodes(client) == 2
         assert client.get("/dataset?pin=nope").status_code == 404
+
+
+def test_dataset_distributions_follow_the_episodes_and_deletions_versions(layout: LakeLayout) -> None:
+    from pi_jobs.ui import _page_cache
+
+    computed: list[int] = []
+
+    def merge() -> tuple[int, ...]:
+        computed.append(1)
+        return (len(computed),)
+
+    sample = pa.array(["ep-000", "ep-001"])
+    of = (sample, None, 1)
+    assert _page_cache.distributions(layout, of, merge) == (1,)
+    assert _page_cache.distributions(layout, of, merge) == (1,)  # kept
+    assert _page_cache.distributions(layout, (pa.array(["ep-000"]), None, 1), merge) == (2,)
+    assert _page_cache.distributions(layout, (sample, pa.array(["k"]), 1), merge) == (3,)
+    from deltalake import DeltaTable
+
+    DeltaTable(layout.episodes).delete("episode_id = 'ep-001'")  # a new episodes version
+    assert _page_cache.distributions(layout, of, merge) == (4,)
+    assert _page_cache.distributions(layout, of, merge) == (4,)
