@@ -106,13 +106,14 @@ def pin_stats(layout: Any, name: str, names: Any, compute: Callable[[], Any]) ->
 
 
 def _digest(values: Any) -> str:
-    """A sha256 of an Arrow string array's values (None: "-")."""
+    """A sha256 of an Arrow string array's values in sorted order (None: "-"): a catalog query
+    without ORDER BY returns the same sample in another order."""
     import hashlib
 
     if values is None:
         return "-"
     digest = hashlib.sha256()
-    for value in values.to_pylist():
+    for value in sorted(str(v) for v in values.to_pylist()):
         digest.update(str(value).encode() + b"\x00")
     return digest.hexdigest()
 

@@ -168,6 +168,7 @@ def test_dataset_distributions_follow_the_episodes_and_deletions_versions(layout
     of = (sample, None, 1)
     assert _page_cache.distributions(layout, of, merge) == (1,)
     assert _page_cache.distributions(layout, of, merge) == (1,)  # kept
+    assert _page_cache.distributions(layout, (pa.array(["ep-001", "ep-000"]), None, 1), merge) == (1,)
     assert _page_cache.distributions(layout, (pa.array(["ep-000"]), None, 1), merge) == (2,)
     assert _page_cache.distributions(layout, (sample, pa.array(["k"]), 1), merge) == (3,)
     from deltalake import DeltaTable
