@@ -1,4 +1,4 @@
-"""The copy's page-CRC check (`pi_jobs.datasets._pages.check_pages`) on real lake files: the fast
+"""The copy's page-CRC check (`pi_format.lake.page_walk.check_pages`) on real lake files: the fast
 walk finds intact files intact, and every seeded flip, truncation and garbage prefix it is given
 is refused naming what is wrong (the fast walk hands anything odd to `check_parquet_file`); a
 copy into a destination that refuses writes fails clearly, commits nothing, and the good copy
@@ -15,8 +15,8 @@ import pyarrow.parquet as pq
 import pytest
 from pi_format import LakeLayout
 from pi_format.lake import PinStore, check_parquet_file
+from pi_format.lake.page_walk import _fast_walk, check_pages
 from pi_jobs.datasets import CopyError, copy_dataset
-from pi_jobs.datasets._pages import _fast_walk, check_pages
 from pi_jobs.maintenance.datasets import create_dataset
 
 from tests.fixtures.lake_factory import append_episodes, make_episode

@@ -1,7 +1,7 @@
 """Moving one lake file, verified (architecture decisions 10 and 14).
 
 The bytes read from the source are checked before they are written: their length against the
-source's Delta log, the footer and every page's CRC (`_pages.check_pages`: the lake's page
+source's Delta log, the footer and every page's CRC (`pi_format.lake.page_walk.check_pages`: the lake's page
 shape walked in C-backed code, anything else by `pi_format.lake.check_parquet_file`, the
 machinery `pilake verify` uses), and a sha256 is taken of them at the source (the manifest
 records it). After the writes, the destination's listing must show every file at the source's
@@ -24,9 +24,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
+from pi_format.lake.page_walk import check_pages
 
 from pi_jobs.datasets._manifest import CopyManifest, DoneFile
-from pi_jobs.datasets._pages import check_pages
 from pi_jobs.datasets._progress import Progress
 from pi_jobs.datasets._stores import LakeStore
 from pi_jobs.errors import PiJobsError
