@@ -11,4 +11,5 @@ export OPENBLAS_NUM_THREADS=1
 # the docs site (mkdocs.yml, docs/, the API reference from the docstrings): a warning, a broken link
 # or anchor, or a page left out of the nav fails it (a few seconds)
 NO_MKDOCS_2_WARNING=1 .venv/bin/mkdocs build --strict --quiet
-.venv/bin/pytest -q "$@"
+# the 30 slowest tests are printed at the end, to keep CI well under its hour
+.venv/bin/pytest -q --durations=30 "$@"
