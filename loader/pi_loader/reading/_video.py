@@ -28,7 +28,8 @@ from pi_format.video import ChunkDecoder
 
 from pi_loader._errors import CorruptDataError, PiLoaderError, SnapshotDataMissingError
 from pi_loader.reading import _chunk_index as index
-from pi_loader.reading._chunk_index import ChunkIndex, page_value, row_key
+from pi_loader.reading._chunk_index import ChunkIndex, row_key
+from pi_loader.reading._known_pages import KnownPages
 from pi_loader.reading._lake import missing_files_message
 from pi_loader.reading._locators import EpisodeLocators
 from pi_loader.reading._lru import WeightedLRU
@@ -94,6 +95,7 @@ class VideoFrames:
         self._chunks: WeightedLRU[tuple[int, int, int], _Chunk] = WeightedLRU(self._chunk_cache_size)
         self._units: dict[tuple[int, int, int], bytes] = {}  # ACCESS_UNIT_MEMO, oldest first
         self._row_keys: dict[tuple[int, int], int] = {}  # (episode, camera) -> row_key
+        self._pages = KnownPages()  # page headers of chunks read before: no parse on a re-read
         self.video_reads = 0
         self.chunk_decodes = 0
 
@@ -161,6 +163,10 @@ class VideoFrames:
         if self._chunk_index is None:
             return None
         path = self._reader.local_path(uri, table="video", version=self._version)
+        key = (e, camera, number)
+        known = self._pages.entry(key)  # its index row, checked on an earlier read (_known_pages)
+        if known:
+            return self._known_chunk(key, known, frame_index, uri, path, group)
         try:
             entries = self._chunk_index.entries(self._reader, uri, path)
         except FileNotFoundError as err:  # a local lake's file: local_path does not open it
@@ -190,18 +196,41 @@ class VideoFrames:
         if first != number * int(self._locators.chunk_frames[e]) or frame_index >= first + count:
             self._check_span(e, camera, frame_index, number, first, count)
         # An index is only built for files whose chunks are all h264.
-        offset, size = entry[index.OFFSET], entry[index.SIZE]
-        try:
-            raw = self._reader.read_range(uri, path, offset, size, what=f"row group {group}")
-        except FileNotFoundError as err:
-            raise self._missing(uri, err) from err
-        packed = self._units.get((e, camera, number))
-        return self._decoder(
-            page_value(raw, uri, group),
+        checked = (
+            entry[index.OFFSET],
+            entry[index.SIZE],
             first,
             count,
             entry[index.WIDTH],
             entry[index.HEIGHT],
+        )
+        return self._known_chunk(key, checked, frame_index, uri, path, group)
+
+    def _known_chunk(
+        self,
+        key: tuple[int, int, int],
+        entry: tuple[int, ...],
+        frame_index: int,
+        uri: str,
+        path: str,
+        group: int,
+    ) -> _Chunk:
+        """The chunk whose index row `entry` (offset, size, first frame, frames, width, height)
+        passed the checks: one ranged read, its page checked (CRC every time), its decoder."""
+        offset, size, first, count, width, height = entry
+        if frame_index >= first + count:
+            self._check_span(key[0], key[1], frame_index, key[2], first, count)
+        try:
+            raw = self._reader.read_range(uri, path, offset, size, what=f"row group {group}")
+        except FileNotFoundError as err:
+            raise self._missing(uri, err) from err
+        packed = self._units.get(key)
+        return self._decoder(
+            self._pages.value(key, raw, uri, group, entry),
+            first,
+            count,
+            width,
+            height,
             None if packed is None else _unpack_units(packed),
         )
 
