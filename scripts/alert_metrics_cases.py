@@ -18,14 +18,14 @@ VERIFY_SCRAPES = 45  # as the other one-second cases
 VERIFY_DAMAGE_AT = 8  # verify_damaged: the scrape after which a byte is flipped and verify runs again
 
 
-def _parse(text: str) -> dict[str, float]:
-    """A textfile's pilake_verify_* samples, keyed name{labels} as the scrapes are."""
+def _parse(text: str, prefix: str = "pilake_verify_") -> dict[str, float]:
+    """A textfile's (or endpoint's) series of `prefix`, keyed name{labels} as the scrapes are."""
     from prometheus_client.parser import text_string_to_metric_families
 
     out: dict[str, float] = {}
     for family in text_string_to_metric_families(text):
         for s in family.samples:
-            if s.name.startswith("pilake_verify_"):
+            if s.name.startswith(prefix) and not s.name.endswith("_created"):
                 labels = ",".join(f'{k}="{v}"' for k, v in sorted(s.labels.items()))
                 out[f"{s.name}{{{labels}}}"] = s.value
     return out
@@ -78,15 +78,22 @@ def record_verify_damaged(tmp: Path, uploader_port: int) -> dict[str, Any]:
         codes.append(subprocess.run(cmd, env=env, capture_output=True, timeout=600).returncode)
 
     got: list[dict[str, float]] = []
+    wall: list[float] = []
     for i in range(VERIFY_SCRAPES):
         tick = time.monotonic()
+        wall.append(time.time())
         got.append(_parse(prom.read_text()))
         if i == VERIFY_DAMAGE_AT:
             flip_and_verify()
         time.sleep(max(0.0, 1.0 - (time.monotonic() - tick)))
     if codes != [0, 2]:
         raise RuntimeError(f"pilake verify exited {codes}, expected [0, 2] (clean, then damaged)")
-    return {"scrapes": {"verify": got}, "exit_codes": codes, "damaged_after_scrape": VERIFY_DAMAGE_AT}
+    return {
+        "scrapes": {"verify": got},
+        "wall": wall,
+        "exit_codes": codes,
+        "damaged_after_scrape": VERIFY_DAMAGE_AT,
+    }
 
 
 FLINK_SCRAPE_S = 15.0  # the Flink cases: one scrape every 15 s (= one promtool minute: x4)
@@ -122,12 +129,28 @@ def _flink_scrape(ports: list[int]) -> dict[str, float] | None:
     return None
 
 
-def _flink_case(tmp: Path, name: str, uploader_port: int, *, fault: str) -> dict[str, Any]:
+def _stream_worker_scrape(ports: list[int]) -> dict[str, float] | None:
+    """The stream worker's pilake_stream_* series on the first port of its range that answers;
+    None while no worker serves (the job restarting)."""
+    for port in ports:
+        try:
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=5) as response:
+                return _parse(response.read().decode(), "pilake_stream_")
+        except Exception:
+            continue
+    return None
+
+
+def _flink_case(
+    tmp: Path, name: str, uploader_port: int, *, fault: str, scrapes: int = FLINK_SCRAPES
+) -> dict[str, Any]:
     """The stream job on a local Flink session cluster (`pilake stream --cluster`: restarts
     without end, as deployed) with Flink's Prometheus reporter; an uploader submits an episode
     every other scrape; after scrape FLINK_FAULT_AT `fault` is made: "lake" (the lake immutable:
     the sink fails at once, the job restarts again and again) or "checkpoints" (the job's
-    checkpoint directory immutable: every checkpoint fails)."""
+    checkpoint directory immutable: every checkpoint fails). The stream worker's own endpoint
+    is scraped too ("stream": nothing while a restart has none serving), and each scrape's wall
+    time kept ("wall": the render rebases Flink's lastCheckpointCompletedTimestamp with it)."""
     import contextlib
     from dataclasses import replace
 
@@ -148,23 +171,31 @@ def _flink_case(tmp: Path, name: str, uploader_port: int, *, fault: str) -> dict
         ),
         ("metrics.reporter.prom.port", f"{first}-{first + 1}"),
     )
-    episodes = simulated(9500 + len(name), robots=1, episodes=FLINK_SCRAPES)
+    episodes = simulated(9500 + len(name), robots=1, episodes=scrapes)
     got: list[dict[str, float]] = []
+    worker: list[dict[str, float]] = []
+    wall: list[float] = []
+    worker_first = _free_port()
+    worker_env = {"PILAKE_STREAM_METRICS_PORT": str(worker_first), "PILAKE_METRICS_PORT_RANGE": "4"}
     with FaultStack(tmp / name, jar_cache=jar_cache) as stack:
         settings = replace(stack.settings, flink_rest_url=url)
         stack.start_broker()
         start_local_cluster(settings, LocalClusterConfig(slots=1, extra=reporter))
         try:
             with _uploader(stack, name, uploader_port) as up, contextlib.ExitStack() as faults:
-                submit = stack.start_stream("--parallelism", "1", extra_env={"PILAKE_FLINK_URL": url})
+                submit = stack.start_stream(
+                    "--parallelism", "1", extra_env={"PILAKE_FLINK_URL": url, **worker_env}
+                )
                 up.submit(episodes[0])
                 deadline = time.monotonic() + 300
                 while not up.poll_acks(0.5):  # the job works: an episode committed and acknowledged
                     up.send_pending()
                     if time.monotonic() > deadline:
                         raise RuntimeError(f"no ack within 300 s:\n{submit.output()[-3000:]}")
-                for i in range(FLINK_SCRAPES):
+                for i in range(scrapes):
                     tick = time.monotonic()
+                    wall.append(time.time())
+                    worker.append(_stream_worker_scrape(list(range(worker_first, worker_first + 4))) or {})
                     scraped = _flink_scrape([first, first + 1])
                     if scraped is None:
                         raise RuntimeError(f"no job-scope series on the reporter ports {first}-{first + 1}")
@@ -187,7 +218,8 @@ def _flink_case(tmp: Path, name: str, uploader_port: int, *, fault: str) -> dict
             shutil.rmtree(spool, ignore_errors=True)
     gc.collect()
     return {
-        "scrapes": {"flink": got},
+        "scrapes": {"flink": got, "stream": worker},
+        "wall": wall,
         "scrape_s": FLINK_SCRAPE_S,
         "fault": f"{fault} made unwritable (chattr +i) after scrape {FLINK_FAULT_AT}",
     }
@@ -198,7 +230,9 @@ def record_sink_crash_looping(tmp: Path, uploader_port: int) -> dict[str, Any]:
 
 
 def record_checkpoints_failing(tmp: Path, uploader_port: int) -> dict[str, Any]:
-    return _flink_case(tmp, "checkpoints_failing", uploader_port, fault="checkpoints")
+    # 42 scrapes: the last checkpoint (at the fault) is more than 30 promtool minutes old for
+    # PilakeStreamCheckpointOld's 5m `for` before the end
+    return _flink_case(tmp, "checkpoints_failing", uploader_port, fault="checkpoints", scrapes=42)
 
 
 LOADER_FREEZE_AFTER = 5  # loader_store_frozen: the scrape after which SeaweedFS is SIGSTOPped

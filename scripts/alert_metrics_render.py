@@ -1,10 +1,12 @@
 """Render deploy/prometheus/alerts_test.yaml from the recorded series (the render half of
 scripts/record_alert_metrics.py, which records them; see its docstring).
 
-Each recorded scrape becomes one minute of promtool input; the seconds gauges are stretched with
-it; every alert of alerts.yaml (but PilakeStreamJobDown) is evaluated on every case, 2 minutes in
-(quiet) and at the last scrape (firing where FIRING says, quiet elsewhere); PilakeFreshnessSlow
-also gets a case generated over the code's FRESHNESS_BUCKETS.
+Each recorded scrape becomes one minute of promtool input (a case's "step_s": verify_stopped's
+an hour, each scrape then served every minute of it); the seconds gauges are stretched with it,
+and the Unix times rebased onto promtool's clock (scripts/alert_metrics_values.py); every alert of
+alerts.yaml is evaluated on every case (PilakeStreamJobDown on those that run a stream job), 2
+steps in (quiet) and at the last scrape (firing where FIRING says, quiet elsewhere);
+PilakeFreshnessSlow also gets a case generated over the code's FRESHNESS_BUCKETS.
 """
 
 from __future__ import annotations
@@ -13,6 +15,9 @@ import json
 import sys
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # the repository root
+from scripts.alert_metrics_values import LEAD_STEPS, TIMESTAMPS, annotation_value, rebase
 
 ROOT = Path(__file__).resolve().parents[1]
 STRETCH = 60  # one scrape a second, one promtool minute a scrape (a case's scrape_s: 60 / scrape_s)
@@ -41,12 +46,16 @@ CASE_ORDER = (
     "verify_damaged",
     "sink_crash_looping",
     "checkpoints_failing",
+    "job_down",
+    "quarantine_rising",
+    "store_down_backlog",
+    "verify_stopped",
 )
 
 
 # The alerts that must fire at each case's last scrape; every other alert of alerts.yaml must
-# stay quiet there (but PilakeStreamJobDown, which fires on the absence of the stream job's
-# series: a case without a stream job would fire it, rightly).
+# stay quiet there (PilakeStreamJobDown, which fires on the absence of the stream job's series,
+# is evaluated only on the cases that run one: a case without a stream job would fire it).
 FIRING = {
     "store_down": {"PilakeStreamStalled"},
     "uploader_never_acked": {"PilakeUploaderNotAcknowledged", "PilakeUploaderBacklogOld"},
@@ -65,13 +74,13 @@ FIRING = {
     # a checkpoint that fails fails the job too (Flink tolerates no failed checkpoint by
     # default): it restarts after each
     "checkpoints_failing": {"PilakeStreamCheckpointsFailing", "PilakeStreamRestarting"},
+    "job_down": {"PilakeStreamJobDown"},
+    "quarantine_rising": {"PilakeQuarantineRising"},
+    "store_down_backlog": {"PilakeStreamStalled", "PilakeStreamLagGrowing"},
+    "verify_stopped": {"PilakeVerifyNotRunning"},
 }
-NOT_EVALUATED = ("PilakeStreamJobDown",)
-# recorded but not rendered: a Unix time in ms, which promtool's clock (0 at the start) cannot
-# compare with time() (PilakeStreamCheckpointOld keeps its hand-written case)
-NOT_RENDERED = ("flink_jobmanager_job_lastCheckpointCompletedTimestamp",)
-# alerts whose annotation shows {{ $value }}, a gauge's max at the last scrape: the gauge
-VALUE_GAUGES = {"PilakeVerifyFoundDamage": "pilake_verify_damaged_places"}
+# evaluated only on the cases that run a stream job (it fires on the absence of its series)
+STREAM_ABSENCE = ("PilakeStreamJobDown",)
 # the generated freshness case: 10 episodes a minute, 2 s late, then 450 s late from minute 15
 FRESH_S, LATE_S, LATE_FROM_MIN, PER_MIN, FRESHNESS_MINUTES = 2.0, 450.0, 15, 10, 45
 
@@ -114,41 +123,71 @@ def _labels(key: str) -> dict[str, str]:
     )
 
 
-def _values(values: list[float | None]) -> str:
+def _values(values: list[float | None], repeat: int = 1) -> str:
+    """promtool's input notation; `repeat`: samples a minute apart per value (a scrape standing
+    for an hour is served all hour, as a Pushgateway's or a textfile's series is: an hour between
+    samples would leave the series stale, the 5-minute lookback, between them)."""
+    if repeat > 1:
+        return " ".join(("_" if v is None else repr(float(v))) + f"x{repeat - 1}" for v in values)
     return " ".join("_" if v is None else repr(float(v)) for v in values)
 
 
+def _kind(rule: dict[str, Any], kinds: dict[str, Any]) -> str:
+    """The endpoint kind whose series an alert reads (the first series its expression names)."""
+    for prefix, kind in (
+        ("flink_", "flink"),
+        ("pilake_uploader_", "uploader"),
+        ("pilake_loader_", "loader"),
+        ("pilake_verify_", "verify"),
+        ("pilake_stream_", "stream"),
+    ):
+        if prefix in rule["expr"] and kind in kinds:
+            return kind
+    return next(iter(kinds))
+
+
 def _case_lines(name: str, case: dict[str, Any], rules: dict[str, dict[str, Any]]) -> list[str]:
-    lines = [f"  # {name}: recorded {case['recorded']}", "  - interval: 1m", "    input_series:"]
+    step_s = int(case.get("step_s", 60))  # promtool seconds per recorded scrape
+    lead = LEAD_STEPS if "wall" in case else 0  # rebased Unix times: steps of nothing first
+    lines = [
+        f"  # {name}: recorded {case['recorded']}",
+        "  - interval: 1m",
+        "    input_series:",
+    ]
     length = 0
-    stretch = 60 / case.get("scrape_s", 60 / STRETCH)
+    stretch = step_s / case.get("scrape_s", 60 / STRETCH)
     for kind, scrapes in case["scrapes"].items():
         length = len(scrapes)
         target = ",".join(f'{k}="{v}"' for k, v in TARGETS[kind].items())
         for key in sorted({k for scrape in scrapes for k in scrape}):
             brace = key.index("{")
             name_, labels = key[:brace], key[brace + 1 : -1]
-            if name_ in NOT_RENDERED:
-                continue
+            if name_ in TIMESTAMPS and "wall" not in case:
+                continue  # an older record without wall times: a Unix time promtool cannot compare
             factor = stretch if name_ in SECONDS_GAUGES else 1
-            values = [None if sc.get(key) is None else sc[key] * factor for sc in scrapes]
+            values = [None] * lead + [None if sc.get(key) is None else sc[key] * factor for sc in scrapes]
+            if name_ in TIMESTAMPS:
+                unit = TIMESTAMPS[name_]
+                values = [v if v is None else rebase(v, unit, case["wall"], stretch, step_s) for v in values]
             series = f"{name_}{{{labels + ',' if labels else ''}{target}}}"
-            lines += [f"      - series: '{series}'", f"        values: '{_values(values)}'"]
+            lines += [f"      - series: '{series}'", f"        values: '{_values(values, step_s // 60)}'"]
     if length < MIN_SCRAPES:
         raise SystemExit(f"{name}: {length} scrapes are too few (a 15m window and a 10m `for`)")
     lines += ["    alert_rule_test:"]
     instance = {kind: TARGETS[kind]["instance"] for kind in case["scrapes"]}
-    for alert in [a for a in rules if a not in NOT_EVALUATED]:
-        # 2 minutes in: nothing can have fired yet
-        lines += ["      - eval_time: 2m", f"        alertname: {alert}", "        exp_alerts: []"]
-        lines += [f"      - eval_time: {length - 1}m", f"        alertname: {alert}"]
+    for alert in rules:
+        if alert in STREAM_ABSENCE and "stream" not in case["scrapes"]:
+            continue  # a case without a stream job fires it, rightly
+        # 2 steps in: nothing can have fired yet
+        lines += [
+            f"      - eval_time: {(lead + 2) * step_s // 60}m",
+            f"        alertname: {alert}",
+            "        exp_alerts: []",
+        ]
+        lines += [f"      - eval_time: {(lead + length - 1) * step_s // 60}m", f"        alertname: {alert}"]
         if alert in FIRING[name]:
-            kind = next((k for k in ("uploader", "loader", "verify") if k in alert.lower()), "stream")
-            kind = kind if kind in instance else next(iter(instance))  # the Flink cases: "flink"
-            value = None
-            if alert in VALUE_GAUGES:
-                last = case["scrapes"][kind][-1]
-                value = f"{max(v for k, v in last.items() if k.startswith(VALUE_GAUGES[alert] + '{')):g}"
+            kind = _kind(rules[alert], instance)
+            value = annotation_value(alert, case, kind, step_s, lead)
             kept: dict[str, str] | None = None
             if kind == "flink":  # Flink's rules keep their series' labels (no aggregation)
                 kept = {**_labels(next(iter(case["scrapes"][kind][-1]))), **TARGETS[kind]}
@@ -201,7 +240,7 @@ def render(doc: dict[str, Any]) -> str:
     """The promtool unit tests of the alerts over the recorded scrapes (text)."""
     rules = _rules()
     lines = [
-        "# GENERATED by scripts/record_alert_metrics.py --render from testdata/alert_metrics.json: do",
+        "# GENERATED by scripts/record_alert_metrics.py --render from testdata/alert_metrics.json.gz: do",
         "# not edit. The alerts over series recorded while each failure was produced (one scrape =",
         "# 1m; the seconds series, SECONDS_GAUGES, x60 with it). alerts_static_test.yaml has the rest.",
         "rule_files:",

@@ -29,33 +29,44 @@ over HTTP once a second, as Prometheus would:
   restarts without end as deployed) with Flink's Prometheus reporter; after 5 scrapes the lake is
   made immutable (chattr +i): the sink fails at once, Flink restarts the job again and again;
 - checkpoints_failing: the same, but the job's checkpoint directory is made immutable: every
-  checkpoint fails (and, tolerating none, Flink restarts the job).
+  checkpoint fails (and, tolerating none, Flink restarts the job); 42 scrapes, so that the last
+  completed checkpoint grows more than 30 (stretched) minutes old. Both Flink cases scrape the
+  stream worker too (sink_crash_looping: episodes come in on every replay, none is committed);
+- job_down: the healthy stream job, SIGKILLed (driver, JVM, worker) after 8 scrapes: its
+  endpoint stops answering (recorded as serving nothing);
+- quarantine_rising: the healthy stream job and uploader, and a robot sending bad messages (a
+  flipped bit, a truncated chunk, an oversize message, protocol version 2) every 4 scrapes;
+- store_down_backlog: store_down while robots keep sending (2 episodes a second in 256-byte
+  chunks once the store is down): the blocked sink reads none, the lag passes 1,000 messages;
+- verify_stopped: `pilake verify --metrics-file` run "daily" (every 24 scrapes, one scrape =
+  one promtool hour), 3 times, then never again: its last figures stay, only their age grows.
+Flink's lastCheckpointCompletedTimestamp and pilake_verify_last_run_timestamp_seconds are Unix
+times: those cases keep each scrape's wall time, and the render rebases them onto promtool's
+clock (scripts/alert_metrics_values.py).
 The Flink cases scrape every 15 s (FLINK_SCRAPE_S: a restart takes its back-off, up to 30 s,
 plus a restore), so their stretch is 4, not 60 (the case's "scrape_s").
 
-The scrapes go to deploy/prometheus/testdata/alert_metrics.json as served (the pilake_* series
-the alerts and their neighbours read). `--render` writes deploy/prometheus/alerts_test.yaml:
-each recorded scrape becomes one minute of promtool input (the runs last seconds; the alerts
-need tens of minutes), so the time axis is stretched 60 times. Counters and their rates keep
-their ratios under that stretch; the series measured in seconds of wall time
-(pilake_uploader_oldest_spooled_seconds, pilake_loader_wait_seconds_total) are multiplied by 60
-with it. Histogram buckets are rendered as served (the freshness histogram's `le` values are
-the code's FRESHNESS_BUCKETS).
+The scrapes go to deploy/prometheus/testdata/alert_metrics.json.gz (gzipped JSON) as served (the
+pilake_* series the alerts and their neighbours read). `--render` writes
+deploy/prometheus/alerts_test.yaml: each recorded scrape becomes one minute of promtool input
+(the runs last seconds; the alerts need tens of minutes), so the time axis is stretched 60
+times. Counters and their rates keep their ratios under that stretch; the series measured in
+seconds of wall time (pilake_uploader_oldest_spooled_seconds, pilake_loader_wait_seconds_total)
+are multiplied by 60 with it. Histogram buckets are rendered as served (the freshness
+histogram's `le` values are the code's FRESHNESS_BUCKETS).
 tests/deploy/test_prometheus.py checks that the committed test file is what `--render` makes
 of the committed record, so no value in it is typed by hand.
 
-The few alerts whose failure is not produced here (Kafka's and ClickHouse's, series of other
-programs; kube-state-metrics' failed Jobs, which need a cluster; a 95th percentile freshness over
-300 s, which needs an outage longer than 5 minutes; the stream job's workers gone for 10 minutes;
-a checkpoint 30 minutes old, a Unix time promtool's clock cannot be compared with) keep
-hand-written cases in alerts_static_test.yaml.
+The alerts whose series come from programs that only run in a cluster (Kafka's under Strimzi,
+ClickHouse's endpoint, kube-state-metrics' failed Jobs) keep hand-written cases in
+alerts_static_test.yaml; PilakeFreshnessSlow fires on a case generated over the code's buckets
+(it needs episodes more than 5 minutes late: an outage longer than a recording).
 """
 
 from __future__ import annotations
 
 import argparse
 import gc
-import json
 import platform
 import shutil
 import sys
@@ -76,12 +87,20 @@ from scripts.alert_metrics_cases import (
     record_sink_crash_looping,
     record_verify_damaged,
 )
+from scripts.alert_metrics_more import (
+    record_job_down,
+    record_quarantine_rising,
+    record_store_down_backlog,
+    record_verify_stopped,
+)
 from scripts.alert_metrics_render import CASE_ORDER, FIRING, render
+from scripts.alert_metrics_values import load_record, save_record
 
-__all__ = ["CASES", "FLINK_KEPT", "RECORD", "main", "record", "render"]
+__all__ = ["CASES", "FLINK_KEPT", "RECORD", "load_record", "main", "record", "render", "save_record"]
 
 ROOT = Path(__file__).resolve().parents[1]
-RECORD = ROOT / "deploy" / "prometheus" / "testdata" / "alert_metrics.json"
+# gzipped JSON (alert_metrics_values.save_record): ~1 MB of JSON
+RECORD = ROOT / "deploy" / "prometheus" / "testdata" / "alert_metrics.json.gz"
 TEST_FILE = ROOT / "deploy" / "prometheus" / "alerts_test.yaml"
 STORE_STOP_AT = 8  # store_down: the scrape after which the object store is stopped
 SCRAPES = 45  # per case: enough for a 10m window plus a 30m `for` (stretched)
@@ -115,10 +134,12 @@ def _record_scrapes(
     step: Callable[[int], None] | None = None,
     ready: Callable[[], bool] | None = None,
     idle: Callable[[], None] | None = None,
+    vanish: tuple[str, ...] = (),
 ) -> dict[str, list[dict[str, float]]]:
     """Scrape each kind's ports once a second `scrapes` times, counting from the first second
     every kind answers (a stream worker serves only once Flink started it) and `ready()` holds
-    (`idle()` runs meanwhile); `step(i)` runs after scrape i (submit an episode, say)."""
+    (`idle()` runs meanwhile); `step(i)` runs after scrape i (submit an episode, say). A kind of
+    `vanish` that stops answering once counting started is recorded as serving nothing."""
     got: dict[str, list[dict[str, float]]] = {kind: [] for kind in ports}
     started = time.monotonic()
     while len(next(iter(got.values()))) < scrapes:
@@ -138,6 +159,8 @@ def _record_scrapes(
                     break
                 except Exception:  # nothing there yet, or another program's port of the range
                     continue
+        if got[next(iter(got))]:
+            now.update({kind: {} for kind in vanish if kind not in now})
         if len(now) == len(ports):
             for kind, series in now.items():
                 got[kind].append(series)
@@ -157,9 +180,12 @@ def _stream_case(
     uploader_port: int,
     store: Any = None,
     kinds: tuple[str, ...] = ("uploader", "stream"),
+    on_step: Callable[[int, Any, Any], None] | None = None,
+    vanish: tuple[str, ...] = (),
 ) -> Any:
     """Run `pilake stream` and an uploader submitting an episode, then one every 5 scrapes; `store`
-    (a SeaweedFS) is stopped at scrape STORE_STOP_AT."""
+    (a SeaweedFS) is stopped at scrape STORE_STOP_AT; `on_step(i, stream, stack)` runs after scrape i
+    (the fault of a case); a kind of `vanish` may stop serving (the job killed)."""
     from pi_jobs.local.faults import FaultStack
     from pi_jobs.local.faults._messages import simulated
 
@@ -190,14 +216,21 @@ def _stream_case(
                     store.stop()  # the object store goes down under the running job
                 if i % 5 == 4 and 1 + i // 5 < len(episodes):
                     up.submit(episodes[1 + i // 5])
+                if on_step is not None:
+                    on_step(i, stream, stack)
                 up.send_pending()
                 up.poll_acks(0.2)
-                if not stream.alive():
+                if not stream.alive() and "stream" not in vanish:
                     raise RuntimeError(f"stream job exited:\n{stream.output()[-3000:]}")
 
             ports = {"uploader": [uploader_port], "stream": list(range(stream_first, stream_first + 4))}
             got = _record_scrapes(
-                {k: ports[k] for k in kinds}, SCRAPES, step=step, ready=lambda: bool(acked), idle=idle
+                {k: ports[k] for k in kinds},
+                SCRAPES,
+                step=step,
+                ready=lambda: bool(acked),
+                idle=idle,
+                vanish=vanish,
             )
             stream.stop()
         for spool in stack.spool_dirs:  # the next case's spool gauges start empty
@@ -359,6 +392,10 @@ CASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "verify_damaged": record_verify_damaged,
     "sink_crash_looping": record_sink_crash_looping,
     "checkpoints_failing": record_checkpoints_failing,
+    "job_down": record_job_down,
+    "quarantine_rising": record_quarantine_rising,
+    "store_down_backlog": record_store_down_backlog,
+    "verify_stopped": record_verify_stopped,
 }
 # every recorded case is rendered and has its expected alerts
 assert set(CASES) == set(CASE_ORDER) == set(FIRING), (set(CASES), set(CASE_ORDER), set(FIRING))
@@ -368,7 +405,7 @@ def record(names: list[str]) -> dict[str, Any]:
     sys.path.insert(0, str(ROOT))
     from tests.conftest import _free_port
 
-    doc: dict[str, Any] = json.loads(RECORD.read_text()) if RECORD.exists() else {"cases": {}}
+    doc: dict[str, Any] = load_record(RECORD) if RECORD.exists() else {"cases": {}}
     uploader_port = _free_port()  # one uploader endpoint per process, shared by the cases
     with tempfile.TemporaryDirectory() as tmp:
         for name in names:
@@ -382,8 +419,7 @@ def record(names: list[str]) -> dict[str, Any]:
             doc["cases"][name] = case
             doc["host"] = f"{platform.node()} {platform.machine()}, python {platform.python_version()}"
             doc["scrape"] = "every 1 s over HTTP while the failure is produced"
-            RECORD.parent.mkdir(parents=True, exist_ok=True)
-            RECORD.write_text(json.dumps(doc, indent=1, sort_keys=True) + "\n")
+            save_record(doc, RECORD)
             print(f"{name}: {time.monotonic() - t0:.0f} s", flush=True)
     return doc
 
@@ -392,10 +428,16 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("cases", nargs="*", help=f"cases to record (default all: {', '.join(CASES)})")
     parser.add_argument("--render", action="store_true", help="render the test from the committed record")
+    parser.add_argument("--record-to", type=Path, help="record into this file (merge it by hand)")
     args = parser.parse_args(argv)
+    if args.record_to is not None:
+        global RECORD
+        RECORD = args.record_to
     if not args.render:
         record(args.cases or list(CASES))
-    TEST_FILE.write_text(render(json.loads(RECORD.read_text())))
+    if args.record_to is not None:
+        return 0
+    TEST_FILE.write_text(render(load_record(RECORD)))
     print(f"wrote {TEST_FILE.relative_to(ROOT)}")
     return 0
 

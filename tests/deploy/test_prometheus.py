@@ -126,7 +126,7 @@ def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
     from pi_loader.delivery._metrics import METRIC_NAMES as LOADER
 
     script = _script("record_alert_metrics")
-    record = json.loads(script.RECORD.read_text())
+    record = script.load_record(script.RECORD)
     assert ALERTS_TEST.read_text() == script.render(record)
     assert set(record["cases"]) == set(script.CASES), "a case was never recorded"
     # the code's series, and Flink's reporter's job-scope series the alerts read
@@ -193,6 +193,24 @@ def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
     failed = flink("checkpoints_failing", "flink_jobmanager_job_numberOfFailedCheckpoints")
     completed = flink("checkpoints_failing", "flink_jobmanager_job_numberOfCompletedCheckpoints")
     assert failed[-1] > failed[-16] and completed[-1] == completed[-21]
+    # the stream job SIGKILLed: its endpoint served, then nothing (PilakeStreamJobDown)
+    down = record["cases"]["job_down"]["scrapes"]["stream"]
+    assert "pilake_stream_subtask{}" in down[0] and not any(down[-30:])
+    # a robot sending bad messages: more than 10 quarantine rows in the recording, good episodes
+    # committed beside them
+    bad = record["cases"]["quarantine_rising"]["scrapes"]["stream"][-1]
+    assert sum(v for k, v in bad.items() if k.startswith("pilake_stream_episodes_quarantined_total{")) > 10
+    assert bad[committed] > 0
+    # the store down while robots keep sending: the lag passed 1,000 messages and kept growing
+    lag = [
+        sum(v for k, v in sc.items() if k.startswith("pilake_stream_consumer_lag_messages{"))
+        for sc in record["cases"]["store_down_backlog"]["scrapes"]["stream"]
+    ]
+    assert lag[-16] > 1000 and lag[-1] > lag[-16]
+    # the scrub ran 3 times, then never again: its last-run time stops moving (its figures stay)
+    stopped = record["cases"]["verify_stopped"]
+    runs = [sc["pilake_verify_last_run_timestamp_seconds{}"] for sc in stopped["scrapes"]["verify"]]
+    assert len(set(runs)) == 3 and runs[-1] == runs[-40] and stopped["exit_codes"] == [0, 0, 0]
     # the freshness buckets served are the code's, and the alert's threshold is one of them
     les = {
         re.search(r'le="([^"]+)"', k).group(1)  # type: ignore[union-attr]
