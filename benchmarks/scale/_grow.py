@@ -17,7 +17,7 @@ from __future__ import annotations
 import collections
 import statistics
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -197,10 +197,18 @@ def checkpoint_interval(lake: Path) -> int:
 
 
 def grow(
-    lake: Path, catalog_dir: Path, config: GrowConfig, *, start: int = 0
+    lake: Path,
+    catalog_dir: Path,
+    config: GrowConfig,
+    *,
+    start: int = 0,
+    stop: Callable[[int], str | None] | None = None,
 ) -> Iterator[tuple[int, dict[str, Any]]]:
     """Grow the lake to each of `config.sizes` in turn; yields (size, figures) at each. `start`:
-    the episodes the lake already holds from an earlier `grow` (their ids are not reused)."""
+    the episodes the lake already holds from an earlier `grow` (their ids are not reused).
+    `stop(count)`, asked after every group commit (its catalog rows recorded), returns a reason
+    to stop there: the figures at that count are yielded with `stopped` set, and the growth ends
+    (a lake stopped so holds whole groups only, resumable with `start=count`)."""
     from pi_catalog import Catalog
     from pi_format import LakeLayout
     from pi_format.lake import LakeWriter
@@ -218,9 +226,10 @@ def grow(
     timed: collections.deque[tuple[float, int, float, float]] = collections.deque(maxlen=window)
     count, building_s, last_log = start, 0.0, 0.0
     target = max(config.sizes)
+    stopped: str | None = None
     for size in sorted(config.sizes):
         resumed = time.monotonic()
-        while count < size:
+        while count < size and stopped is None:
             n = min(config.group_size, size - count)
             batch = [episode_copy(template, count + i, config) for i in range(n)]
             t0, c0 = time.perf_counter(), time.process_time()
@@ -247,8 +256,11 @@ def grow(
                     f"ETA {(target - count) / rate:.0f} s)",
                     flush=True,
                 )
+            stopped = stop(count) if stop is not None else None
         building_s += time.monotonic() - resumed
-        figures = {
+        if count == start:  # stopped before any group: nothing new to measure
+            return
+        figures: dict[str, Any] = {
             "episodes": count,
             "build_s": round(building_s, 1),  # growing the lake to this size, measuring pauses left out
             "commit": {
@@ -267,6 +279,10 @@ def grow(
             "delta_log": delta_log_sizes(lake),
             "catalog_queries": catalog_queries(catalog, config.query_repeats),
         }
+        if stopped is not None:
+            figures["stopped"] = stopped
+            yield count, figures
+            return
         yield size, figures
 
 

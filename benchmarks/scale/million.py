@@ -3,6 +3,8 @@ to 1,000,000 episodes, measuring on the way, then time the operator's commands o
 
     python -m benchmarks.scale.million --home /work/scale1m/run --out DIR     # 1k .. 1M (about an hour)
     python -m benchmarks.scale.million --home DIR --sizes 1000,4000 --out DIR  # small, to try it
+    nice -n 19 python -m benchmarks.scale.million --resume --home /work/scale1m/run/home \
+        --out /work/scale1m/out >> /work/scale1m/grow.log 2>&1 &                # grow on (`_resume`)
 
 One lake, grown once by `_grow.grow` (group commits through `LakeWriter.commit_episodes`, each
 group recorded in the chdb catalog as the stream sink does). At every size of `--sizes` the
@@ -192,6 +194,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument(
+        "--resume",
+        action="store_true",
+        help="grow the lake under --home on from exactly the episodes it holds (checked), toward the "
+        "sizes OUT/million-progress.json planned; stops itself on SIGTERM, low disk, --grow-until; "
+        "measures nothing at the end (a later --measure-only does)",
+    )
+    parser.add_argument(
         "--measure-only",
         action="store_true",
         help="grow nothing new from scratch: measure the lake an earlier (stopped) run grew under --home, "
@@ -206,7 +215,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--size-px", type=int, default=16, help="the template episode's frame size")
     parser.add_argument("--copy-episodes", type=int, default=100_000, help="episodes of the pin copied")
     parser.add_argument("--grow-until", type=float, default=None, help="unix time: stop growing after it")
-    parser.add_argument("--min-free-gb", type=float, default=6.0, help="stop growing below this disk space")
+    parser.add_argument("--min-free-gb", type=float, default=8.0, help="stop growing below this disk space")
     parser.add_argument("--commit-groups", type=int, default=25, help="--measure-only: group commits timed")
     parser.add_argument("--op-timeout-s", type=float, default=900.0)
     parser.add_argument("--probe-batches", type=int, default=40)
@@ -278,6 +287,18 @@ def main() -> int:
         return finalize(a.scale_json, a.lake, a.extra)
     args = parse(sys.argv[1:])
     sizes = sorted({int(s) for s in args.sizes.split(",") if s})
+    if args.resume:
+        from benchmarks.scale import _resume
+
+        explicit = "--sizes" in sys.argv[1:]
+        _resume.resume(
+            args.home,
+            args.out,
+            min_free_gb=args.min_free_gb,
+            grow_until=args.grow_until,
+            sizes=tuple(sizes) if explicit else None,
+        )
+        return 0
     env = dict(os.environ, OPENBLAS_NUM_THREADS="1", OMP_NUM_THREADS="1", PYTHONPATH=str(ROOT))
     t0 = time.monotonic()
     lake, catalog = args.home / "lake", args.home / "catalog"
@@ -293,7 +314,7 @@ def main() -> int:
             if "delta_log" not in size:
                 size["delta_log"] = None
                 size["delta_log_why"] = "not kept by the run's progress file"
-        previous_s = float(measured[-1].get("elapsed_at_size_s") or 0.0)
+        previous_s = float(state.get("grow_s_total") or measured[-1].get("elapsed_at_size_s") or 0.0)
         state["stopped"] = state.get("stopped") or (
             f"growth stopped by hand at {lake_episodes(lake):,} episodes (its last size measured on the way: "
             f"{measured[-1]['episodes']:,}); then {args.commit_groups} group commits timed (--measure-only)"

@@ -132,8 +132,16 @@ def check_file(
     # ~11 per chunk), then every check works on the buffer; one file in memory at a time
     with fs.open_input_file(full) as source:
         contents = source.read()
+    if not result.faults and _fast_checks(contents, table, path, result):
+        return result
     with pa.BufferReader(contents) as handle:
-        check = check_parquet_file(handle, require_crc=require_crc)
+        try:
+            check = check_parquet_file(handle, require_crc=require_crc)
+        except ValueError as err:  # a column path in the footer that is not UTF-8 (a flip there)
+            detail = f"footer does not read: {type(err).__name__}: {err}"
+            result.faults.append(Fault(KIND_FOOTER, table, path, detail))
+            result.status = "corrupt"
+            return result
         result.pages, result.pages_without_crc = check.pages, check.pages_without_crc
         for f in check.faults:
             kind = KIND_FOOTER if f.row_group < 0 else KIND_PAGE
@@ -148,12 +156,16 @@ def check_file(
         if parquet is not None:
             good = [g for g in range(parquet.metadata.num_row_groups) if g not in bad_groups]
             good = _decode_groups(parquet, good, table, path, result.faults)
-            if table == "steps" and good:
-                result.attempts = _attempts_of(parquet, good)
-            if table == "video" and good:
-                result.chunks_without_crc = _check_chunks(parquet, good, table, path, result.faults)
-            elif table == "raw" and good:
-                _check_wire(parquet, good, table, path, result.faults)
+            try:
+                if table == "steps" and good:
+                    result.attempts = _attempts_of(parquet, good)
+                if table == "video" and good:
+                    result.chunks_without_crc = _check_chunks(parquet, good, table, path, result.faults)
+                elif table == "raw" and good:
+                    _check_wire(parquet, good, table, path, result.faults)
+            except KeyError as err:  # a column the table has is not in the footer (a flipped name)
+                detail = f"the footer lacks a column of the {table} table: {err}; it is damaged"
+                result.faults.append(Fault(KIND_FOOTER, table, path, detail))
             for fault in result.faults:
                 if fault.row_group is not None and fault.row_group >= 0 and not fault.episodes:
                     fault.episodes = _episodes_of_group(parquet, fault.row_group)
@@ -164,6 +176,35 @@ def check_file(
     elif result.pages_without_crc or result.chunks_without_crc:
         result.status = "unverifiable"
     return result
+
+
+def _fast_checks(contents: bytes, table: str, path: str, result: FileResult) -> bool:
+    """The whole file's checks by the fast path (`_fastscan`: C-backed page walk, one decode);
+    True when it is intact (result filled in), False when the slow checks must run (anything
+    found, or a page the fast walk does not know): only they report damage."""
+    from pi_jobs.integrity._fastscan import intact
+
+    parquet, rows, pages = intact(contents)
+    if parquet is None or rows is None:
+        return False
+    groups = list(range(parquet.metadata.num_row_groups))
+    faults: list[Fault] = []
+    without = 0
+    try:
+        if table == "video":
+            without = _check_chunks(parquet, groups, table, path, faults, rows=rows)
+        elif table == "raw":
+            _check_wire(parquet, groups, table, path, faults, rows=rows)
+        attempts = _pairs(rows) if table == "steps" else []
+    except Exception:  # a column the table must have is not there (a damaged footer): slow path
+        return False
+    if faults:
+        return False
+    result.pages, result.attempts = pages, attempts
+    if without:
+        result.chunks_without_crc = without
+        result.status = "unverifiable"
+    return True
 
 
 def _decode_groups(parquet: Any, groups: list[int], table: str, path: str, faults: list[Fault]) -> list[int]:
@@ -186,7 +227,11 @@ def _decode_groups(parquet: Any, groups: list[int], table: str, path: str, fault
 
 def _attempts_of(parquet: Any, groups: list[int]) -> list[tuple[str, str]]:
     """The distinct (episode_id, attempt_id) of the rows of `groups` (they decoded)."""
-    rows = parquet.read_row_groups(groups, columns=["episode_id", "attempt_id"])
+    return _pairs(parquet.read_row_groups(groups, columns=["episode_id", "attempt_id"]))
+
+
+def _pairs(rows: Any) -> list[tuple[str, str]]:
+    """The distinct (episode_id, attempt_id) of a table's rows."""
     pairs = zip(rows.column("episode_id").to_pylist(), rows.column("attempt_id").to_pylist(), strict=True)
     return sorted({(str(e), str(a)) for e, a in pairs if e is not None and a is not None})
 
@@ -197,16 +242,20 @@ def _row_starts(parquet: Any, groups: list[int]) -> np.ndarray:
     return np.repeat(np.array(groups, dtype=np.int64), counts)
 
 
-def _check_chunks(parquet: Any, groups: list[int], table: str, path: str, faults: list[Fault]) -> int:
-    """Check every video chunk of `groups` against its chunk_crc32; returns the chunks without one."""
+def _check_chunks(
+    parquet: Any, groups: list[int], table: str, path: str, faults: list[Fault], *, rows: Any = None
+) -> int:
+    """Check every video chunk of `groups` against its chunk_crc32 (`rows`: those groups already
+    decoded); returns the chunks without one."""
     from pi_format.lake import CHUNK_CRC_COLUMN, chunk_crc32
 
     names = parquet.schema_arrow.names
     if CHUNK_CRC_COLUMN not in names:
         return sum(parquet.metadata.row_group(g).num_rows for g in groups)
-    rows = parquet.read_row_groups(
-        groups, columns=["episode_id", "attempt_id", "camera", "chunk_index", "data", CHUNK_CRC_COLUMN]
-    )
+    if rows is None:
+        rows = parquet.read_row_groups(
+            groups, columns=["episode_id", "attempt_id", "camera", "chunk_index", "data", CHUNK_CRC_COLUMN]
+        )
     group_of = _row_starts(parquet, groups)
     stored = rows.column(CHUNK_CRC_COLUMN).to_pylist()
     data = rows.column("data")
@@ -227,13 +276,16 @@ def _check_chunks(parquet: Any, groups: list[int], table: str, path: str, faults
     return missing
 
 
-def _check_wire(parquet: Any, groups: list[int], table: str, path: str, faults: list[Fault]) -> None:
+def _check_wire(
+    parquet: Any, groups: list[int], table: str, path: str, faults: list[Fault], *, rows: Any = None
+) -> None:
     """Decode every raw message that decoded at ingest (its chunk_index is set): its wire CRC
-    (and header) must still check."""
+    (and header) must still check (`rows`: those groups already decoded)."""
     from pi_format import ProtocolError
     from pi_format.wire import decode_chunk
 
-    rows = parquet.read_row_groups(groups, columns=["episode_id", "attempt_id", "chunk_index", "message"])
+    if rows is None:
+        rows = parquet.read_row_groups(groups, columns=["episode_id", "attempt_id", "chunk_index", "message"])
     group_of = _row_starts(parquet, groups)
     chunk_index = rows.column("chunk_index").to_pylist()
     messages = rows.column("message")
