@@ -254,6 +254,11 @@ class ChunkDecoder:
         return self._units
 
     @property
+    def data(self) -> bytes:
+        """The chunk's compressed bytes (what a GPU decoder is handed instead of frames)."""
+        return self._data
+
+    @property
     def frames_decoded(self) -> int:
         """Frames this decoder has decoded."""
         return self._frames_decoded

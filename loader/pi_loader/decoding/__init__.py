@@ -4,7 +4,8 @@ The CPU decoder (PyAV/FFmpeg, `pi_format.video.ChunkDecoder`) runs in the Loader
 processes and is the default. `NvdecDecoder` decodes the same chunks on an NVIDIA GPU's NVDEC
 through PyNvVideoCodec (`pip install 'pi-lake[gpu]'`), into torch CUDA tensors; `frame_packets`
 is what it feeds the GPU, checked first. `resolve_decoder` checks a Loader's `decoder=` choice
-against the host. See docs/gpu-decode.md.
+against the host; `loader_decoding` is how a Loader runs with "nvdec" (its workers send the
+compressed frames, `compressed_samples`; the consumer decodes them). See docs/gpu-decode.md.
 
 Example:
     >>> from pi_loader.decoding import DecoderOptions, resolve_decoder
@@ -12,12 +13,18 @@ Example:
     'cpu'
 """
 
+from pi_loader.decoding._compressed import (
+    CompressedImages,
+    FrameDecoder,
+    LoaderDecoding,
+    compressed_samples,
+    loader_decoding,
+)
 from pi_loader.decoding._nvdec import NvdecDecoder
 from pi_loader.decoding._options import (
     DECODER_KINDS,
     GPU_WINS,
     DecoderOptions,
-    GpuDecoderNotWiredError,
     GpuDecoderUnavailableError,
     gpu_unavailable_reason,
     loader_decoder,
@@ -30,13 +37,17 @@ __all__ = [
     "GPU_WINS",
     "MAX_CHUNK_FRAMES",
     "ChunkPacketError",
+    "CompressedImages",
     "DecoderOptions",
+    "FrameDecoder",
     "FramePackets",
-    "GpuDecoderNotWiredError",
     "GpuDecoderUnavailableError",
+    "LoaderDecoding",
     "NvdecDecoder",
+    "compressed_samples",
     "frame_packets",
     "gpu_unavailable_reason",
     "loader_decoder",
+    "loader_decoding",
     "resolve_decoder",
 ]

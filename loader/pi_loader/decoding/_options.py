@@ -5,7 +5,8 @@ the GPU's NVDEC (PyNvVideoCodec, the optional `pi-lake[gpu]` extra).
 refused at construction, with what is missing and what to do, on a host without a CUDA GPU or
 without the library; "auto" takes the CPU unless a measured decision says the GPU wins
 (`GPU_WINS`: empty until `benchmarks/gpu_host/decode.py` has been run on a GPU host and its
-figures committed, so "auto" is the CPU today).
+figures committed, so "auto" is the CPU today). `pi_loader.decoding._compressed` is how a Loader
+runs with "nvdec".
 """
 
 from __future__ import annotations
@@ -137,29 +138,15 @@ def resolve_decoder(decoder: str | DecoderOptions, *, batch_size: int, frame_hei
     return DecoderOptions(kind=kind, device=options.device, max_chunk_bytes=options.max_chunk_bytes)
 
 
-class GpuDecoderNotWiredError(PiLoaderError, NotImplementedError):
-    """decoder="nvdec" resolved on a GPU host, but the Loader does not yet hand NVDEC-decoded
-    batches out (its workers decode on the CPU); `NvdecDecoder` decodes chunks on the GPU directly."""
-
-
 def loader_decoder(
     decoder: str | DecoderOptions, *, batch_size: int, image_shapes: Mapping[str, tuple[int, ...]]
 ) -> str:
-    """The decoder kind a Loader runs with ("cpu"), `decoder` checked at the Loader's
-    construction: "nvdec" where the host cannot run it is refused (`GpuDecoderUnavailableError`),
-    and where it can, refused too (`GpuDecoderNotWiredError`): the Loader's batches are still
-    decoded by its CPU workers, and a choice it would not honour must not pass silently.
+    """The decoder kind ("cpu" or "nvdec") a Loader of these image shapes runs with: `decoder`
+    checked against this host, "nvdec" refused where it cannot run (`GpuDecoderUnavailableError`).
 
     Example:
         >>> loader_decoder("auto", batch_size=32, image_shapes={"observation.images.front": (224, 224, 3)})
         'cpu'
     """
     height = max((shape[-3] for shape in image_shapes.values()), default=0)
-    resolved = resolve_decoder(decoder, batch_size=batch_size, frame_height=height)
-    if resolved.kind == "nvdec":
-        raise GpuDecoderNotWiredError(
-            'decoder="nvdec": this host can decode on the GPU, but the Loader does not yet hand out '
-            "NVDEC-decoded batches (its workers decode on the CPU; docs/gpu-decode.md). Decode chunks "
-            'on the GPU with pi_loader.decoding.NvdecDecoder, or use decoder="cpu"'
-        )
-    return resolved.kind
+    return resolve_decoder(decoder, batch_size=batch_size, frame_height=height).kind

@@ -25,7 +25,7 @@ import numpy as np
 
 from pi_loader._errors import LoaderStateError
 from pi_loader._processes import default_start_method
-from pi_loader.decoding import DecoderOptions, loader_decoder
+from pi_loader.decoding import DecoderOptions, FrameDecoder, loader_decoding
 from pi_loader.delivery._in_flight import default_num_workers, plan_in_flight
 from pi_loader.delivery._shared_batches import shared_memory_available
 from pi_loader.delivery._workers import WorkerPool, counter_deltas, read_counters
@@ -174,8 +174,11 @@ class Loader:
             wrong sample.
         decoder: "cpu" (default: the workers decode with FFmpeg), "auto" (the CPU unless a
             committed GPU-host measurement says NVDEC wins; the CPU today) or "nvdec", or a
-            `pi_loader.decoding.DecoderOptions`; checked here (`loader_decoder`): "nvdec" fails
-            with what is missing where there is no GPU or PyNvVideoCodec (docs/gpu-decode.md).
+            `pi_loader.decoding.DecoderOptions`, or a decoder made already (`NvdecDecoder`);
+            checked here: "nvdec" fails with what is missing where there is no GPU or
+            PyNvVideoCodec. With NVDEC the workers read and check the compressed frames and this
+            process decodes them on the GPU: image keys come as torch uint8 CUDA tensors of the
+            same shapes, the other keys as with the CPU (docs/gpu-decode.md).
 
     Raises:
         ShardError: a bad shard, or too few samples for the shards.
@@ -208,7 +211,7 @@ class Loader:
         shared_memory: bool = True,
         metrics_port: int | None = None,
         on_corrupt: str = "raise",
-        decoder: str | DecoderOptions = "cpu",
+        decoder: str | DecoderOptions | FrameDecoder = "cpu",
     ) -> None:
         if not isinstance(dataset, Dataset | Mixture):
             raise TypeError(f"dataset must be a pi_loader.Dataset or Mixture, got {type(dataset).__name__}")
@@ -249,7 +252,8 @@ class Loader:
                     "skip: Dataset.skipping_corrupt()"
                 )
             dataset = dataset.skipping_corrupt()
-        self._decoder = loader_decoder(decoder, batch_size=batch_size, image_shapes=dataset.image_shapes())
+        self._decoding = loader_decoding(decoder, dataset, batch_size=batch_size)
+        self._decoder = self._decoding.kind
         self._dataset = dataset
         self._shard = shard
         self._batch_size = batch_size
@@ -271,7 +275,8 @@ class Loader:
             num_workers=num_workers,
             in_flight=self._in_flight,
             mp_context=mp_context,
-            shared_memory=bool(shared_memory) and shared_memory_available(),
+            shared_memory=bool(shared_memory) and shared_memory_available() and self._decoding.build is None,
+            build=self._decoding.build,
         )
         self._epoch = dataset.epoch
         self._position = 0  # samples of this epoch's shard already handed out
@@ -338,7 +343,7 @@ class Loader:
 
     @property
     def decoder(self) -> str:
-        """The decoder kind the batches are decoded with ("cpu"; see the `decoder` argument)."""
+        """The decoder kind the batches are decoded with ("cpu" or "nvdec"; see `decoder`)."""
         return self._decoder
 
     def set_epoch(self, epoch: int) -> None:
@@ -506,10 +511,11 @@ class Loader:
         if self._num_workers == 0:
             for end, indices in work:
                 before = read_counters(self._dataset)
-                batch = self._dataset.samples(indices)
+                build = self._decoding.build
+                batch = self._dataset.samples(indices) if build is None else build(self._dataset, indices)
                 self._count(counter_deltas(before, read_counters(self._dataset)))
                 self._advance(end, len(indices))
-                yield batch
+                yield batch if build is None else self._decoding.finish(batch)
         else:
             yield from self._iter_workers(work)
         self._finish_epoch()
@@ -519,7 +525,7 @@ class Loader:
         for (end, indices), (batch, reads) in zip(work, built, strict=True):
             self._count(reads)
             self._advance(end, len(indices))
-            yield batch
+            yield batch if self._decoding.build is None else self._decoding.finish(batch)
 
     def close(self) -> None:
         """Stop the worker processes (they are started again by the next iteration)."""

@@ -15,7 +15,7 @@ import multiprocessing
 import os
 import queue
 import traceback
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -69,7 +69,14 @@ def _build(
     return {k: v for k, v in batch.items() if k not in placements}, placements, order
 
 
-def _worker_main(shared: SharedDatasetRef, tasks: Any, results: Any) -> None:
+# Builds a batch in a worker instead of `Dataset.samples` (decoder="nvdec": the compressed
+# frames, pi_loader.decoding._compressed); None: the CPU path.
+BatchBuilder = Callable[[Any, np.ndarray], dict[str, Any]]
+
+
+def _worker_main(
+    shared: SharedDatasetRef, tasks: Any, results: Any, build: BatchBuilder | None = None
+) -> None:
     # Runs in a worker process: build batches until told to stop (None).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
     dataset: Dataset | Mixture = shared.load()
@@ -96,7 +103,11 @@ def _worker_main(shared: SharedDatasetRef, tasks: Any, results: Any) -> None:
         generation, batch_number, indices, ticket = task
         before = read_counters(dataset)
         try:
-            built = _build(dataset, indices, ticket, writer)
+            if build is None:
+                built = _build(dataset, indices, ticket, writer)
+            else:
+                made = build(dataset, indices)
+                built = (made, {}, list(made))
             counters = counter_deltas(before, read_counters(dataset))
             results.put((generation, batch_number, built, counters, None))
         except BaseException as err:  # sent to the main process, which raises it
@@ -116,6 +127,8 @@ class WorkerPool:
         in_flight: how many batches are in flight, and how far that may grow.
         mp_context: multiprocessing start method ("forkserver": preloaded, `pi_loader._processes`).
         shared_memory: carry images in shared-memory slots (the caller checks it is available).
+        build: what builds a batch in a worker instead of `Dataset.samples` (a module-level
+            function, pickled to the workers; pass shared_memory=False with it).
 
     Example:
         >>> plan = plan_in_flight(
@@ -136,8 +149,10 @@ class WorkerPool:
         in_flight: InFlightPlan,
         mp_context: str,
         shared_memory: bool,
+        build: BatchBuilder | None = None,
     ) -> None:
         self._dataset = dataset
+        self._build = build  # a picklable function, or None: Dataset.samples
         self._batch_size = batch_size
         self._num_workers = num_workers
         self._plan = in_flight
@@ -177,7 +192,7 @@ class WorkerPool:
         for w in range(self._num_workers):
             proc = ctx.Process(
                 target=_worker_main,
-                args=(self._image.ref, self._tasks, self._results),
+                args=(self._image.ref, self._tasks, self._results, self._build),
                 name=f"pi_loader-worker-{w}",
                 daemon=True,
             )

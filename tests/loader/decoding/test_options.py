@@ -10,7 +10,6 @@ import pytest
 from pi_loader import Dataset, Loader, SampleSpec
 from pi_loader.decoding import (
     DecoderOptions,
-    GpuDecoderNotWiredError,
     GpuDecoderUnavailableError,
     NvdecDecoder,
     _options,
@@ -92,12 +91,9 @@ def test_the_missing_library_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
         resolve_decoder("nvdec", batch_size=32, frame_height=224)
 
 
-def test_nvdec_where_the_gpu_can_run_is_refused_by_the_loader_until_it_is_wired(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
+def test_nvdec_where_the_gpu_can_run_is_the_loaders_kind(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(_options, "gpu_unavailable_reason", lambda device=0: None)
-    with pytest.raises(GpuDecoderNotWiredError, match="does not yet hand out NVDEC-decoded batches"):
-        loader_decoder("nvdec", batch_size=32, image_shapes=SHAPES)
+    assert loader_decoder("nvdec", batch_size=32, image_shapes=SHAPES) == "nvdec"
     with pytest.raises(ValueError, match='needs DecoderOptions\\(kind="nvdec"\\)'):
         NvdecDecoder(DecoderOptions(kind="cpu"))
 
@@ -134,6 +130,6 @@ def test_the_loader_refuses_a_bad_or_unrunnable_decoder_at_construction(loader_l
         Loader(ds, batch_size=4, num_workers=0, decoder="cuda")
     with pytest.raises(TypeError, match="decoder must be one of"):
         Loader(ds, batch_size=4, num_workers=0, decoder=None)  # type: ignore[arg-type]
-    expected = GpuDecoderUnavailableError if NO_GPU is not None else GpuDecoderNotWiredError
-    with pytest.raises(expected):
-        Loader(ds, batch_size=4, num_workers=0, decoder="nvdec")
+    if NO_GPU is not None:
+        with pytest.raises(GpuDecoderUnavailableError):
+            Loader(ds, batch_size=4, num_workers=0, decoder="nvdec")
