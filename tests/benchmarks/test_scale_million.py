@@ -85,3 +85,97 @@ def test_the_json_keeps_what_the_docs_render(run: tuple[dict[str, Any], Path, st
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "The grown lake (20 episodes" in proc.stdout and "`pilake verify`" in proc.stdout
+
+
+def _episode_ids(home: Path) -> list[str]:
+    from deltalake import DeltaTable
+
+    table = DeltaTable(str(home / "lake" / "episodes"))
+    return sorted(table.to_pyarrow_table(columns=["episode_id"]).column("episode_id").to_pylist())
+
+
+def _catalog_ids(home: Path) -> list[str]:
+    from pi_catalog import Catalog
+
+    catalog = Catalog(str(home / "catalog"))
+    try:
+        return sorted(catalog.episode_ids("SELECT DISTINCT episode_id FROM episodes"))
+    finally:
+        catalog.close()
+
+
+def _resume(tmp: Path) -> list[str]:
+    home, out = tmp / "run" / "home", tmp / "out"
+    command = [sys.executable, "-m", "benchmarks.scale.million", "--resume"]
+    return [*command, "--home", str(home), "--out", str(out)]
+
+
+def _wait_for_commits(home: Path, commits: int, proc: subprocess.Popen[str]) -> None:
+    """Until the episodes table has `commits` more Delta commits (or the run ended)."""
+    log = home / "lake" / "episodes" / "_delta_log"
+    before = len(list(log.glob("*.json")))
+    deadline = time.monotonic() + 300
+    while len(list(log.glob("*.json"))) < before + commits and proc.poll() is None:
+        assert time.monotonic() < deadline, "the resumed growth committed nothing in 300 s"
+        time.sleep(0.2)
+
+
+def test_a_killed_growth_resumes_with_exactly_its_episodes(run: tuple[dict[str, Any], Path, str]) -> None:
+    """The lake the run grew (20 episodes, groups of 10) grown on with --resume: stopped by low
+    disk, by SIGKILL mid-growth (the catalog missing rows too), by SIGTERM; each resume starts
+    from exactly the episodes the lake holds: scale-0000000.. each once, the catalog the same,
+    and the progress file's legs add up to its total growth time."""
+    _, tmp, _ = run
+    home, out = tmp / "run" / "home", tmp / "out"
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+
+    def exact() -> int:
+        ids = _episode_ids(home)
+        assert ids == [f"scale-{i:07d}" for i in range(len(ids))], ids[-5:]
+        assert _catalog_ids(home) == ids
+        return len(ids)
+
+    held = exact()
+    # 1. free disk under the limit: one group, then a clean stop that says why
+    low = subprocess.run(
+        [*_resume(tmp), "--sizes", "100000", "--min-free-gb", "1000000"],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert low.returncode == 0, low.stdout[-3000:] + low.stderr[-3000:]
+    assert exact() == held + 10
+    progress = json.loads((out / "million-progress.json").read_text())
+    assert "GB of disk free" in progress["legs"][-1]["stopped"]
+    # 2. SIGKILL mid-growth, with the catalog missing the last group as a kill between the two
+    #    commits leaves it: the resume records those rows again and grows on
+    grow = subprocess.Popen([*_resume(tmp), "--sizes", "100000"], cwd=ROOT, env=env, text=True)
+    _wait_for_commits(home, 3, grow)
+    grow.kill()
+    grow.wait(timeout=60)
+    killed_at = len(_episode_ids(home))
+    assert killed_at >= held + 30
+    from pi_catalog import Catalog
+
+    catalog = Catalog(str(home / "catalog"))
+    catalog.forget_episodes([f"scale-{i:07d}" for i in range(killed_at - 10, killed_at)])
+    catalog.close()
+    again = subprocess.run(
+        [*_resume(tmp), "--sizes", str(killed_at + 20)],
+        cwd=ROOT, env=env, capture_output=True, text=True, timeout=300, check=False,
+    )  # fmt: skip
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"resuming at {killed_at:,} episodes (exact; 10 catalog rows recorded again)" in again.stdout
+    assert exact() == killed_at + 20
+    # 3. SIGTERM: stops between group commits, exit 0, says so
+    term = subprocess.Popen(
+        [*_resume(tmp), "--sizes", "100000"], cwd=ROOT, env=env, text=True, stdout=subprocess.PIPE
+    )
+    _wait_for_commits(home, 2, term)
+    term.terminate()
+    stdout, _ = term.communicate(timeout=120)
+    assert term.returncode == 0, stdout[-3000:]
+    exact()
+    progress = json.loads((out / "million-progress.json").read_text())
+    assert "SIGTERM received" in progress["legs"][-1]["stopped"]
+    assert progress["episodes"] == len(_episode_ids(home))
+    legs = progress["legs"]
+    assert len(legs) >= 4 and progress["grow_s_total"] == round(sum(leg["grow_s"] for leg in legs), 1)
