@@ -12,10 +12,14 @@ def copy_table(b: Path) -> str:
     doc = json.loads((b / "copy.json").read_text())
     lake = doc["lake"]
     rows = []
-    for end, label in (("s3", "local → SeaweedFS (s3://)"), ("local", "local → local")):
+    ends = [("s3", "local → SeaweedFS (s3://)", "plain"), ("local", "local → local", "plain")]
+    if "local_fsync" in doc["ratio"]:  # the plain leg fsyncing each file as the copy does
+        ends.append(("local_fsync", "local → local, plain leg with fsync", "plain_fsync"))
+    for end, label, leg in ends:
         spread = doc["ratio"][end]
-        copy = sorted(r[f"{end}_copy_mib_s"] for r in doc["repeats"])
-        plain = sorted(r[f"{end}_plain_mib_s"] for r in doc["repeats"])
+        side = end.split("_")[0]
+        copy = sorted(r[f"{side}_copy_mib_s"] for r in doc["repeats"])
+        plain = sorted(r[f"{side}_{leg}_mib_s"] for r in doc["repeats"])
         rows.append(
             f"| {label} | {copy[len(copy) // 2]} | {plain[len(plain) // 2]} | "
             f"{spread['median']:.3f} ({spread['min']:.3f}–{spread['max']:.3f}) | "
@@ -26,7 +30,9 @@ def copy_table(b: Path) -> str:
         f"{doc['bytes'] / 2**20:,.0f} MiB ({lake['distinct']} one-minute {lake['size_px']} px episodes "
         f"committed {lake['replicas']} times each in group commits of {lake['group']}), {doc['workers']} "
         f"transfers in flight, {len(doc['repeats'])} interleaved repeats on a shared {doc['cpus']}-core "
-        f"machine (load average {doc['loadavg_start'][0]:.1f} at the start); ratio = plain seconds / "
+        f"machine (load average {doc['loadavg_start'][0]:.1f} at the start"
+        + (f"; {doc['load']}" if doc.get("load") else "")
+        + "); ratio = plain seconds / "
         "copy seconds per repeat, median (min–max):\n\n"
         "| copy | copy MiB/s (median) | plain MiB/s (median) | ratio | ≥ "
         f"{doc['target']} on the whole spread |\n| --- | --- | --- | --- | --- |\n" + "\n".join(rows)

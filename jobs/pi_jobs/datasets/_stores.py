@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import uuid
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Any
@@ -110,20 +111,39 @@ class LakeStore:
 
         return b"".join(parts.map(fetch, ranges))
 
-    def write(self, relative: str, data: bytes) -> None:
-        """Write `data` as the file: locally under a temporary name, then renamed into place."""
+    def write(self, relative: str, data: bytes, *, check: Callable[[], str] | None = None) -> str:
+        """Write `data` as the file: locally under a temporary name, then renamed into place; to
+        S3 through a (multipart) upload that completes on close.
+
+        `check` (the source-side verdict on `data`, computed while the bytes go out) is awaited
+        before a local file takes its name (a non-empty verdict removes the temporary file) and
+        after an S3 upload completed (a non-empty verdict deletes the object: pyarrow's stream
+        cannot abort an upload, and an object under 10 MiB only leaves on close; the object is
+        in no Delta log, so no reader sees it, and a resumed copy checks whatever it finds in
+        place before keeping it). Returns the verdict ('' when written).
+        """
         path = self.path(relative)
         if self.remote:
-            with self.fs.open_output_stream(path) as out:  # multipart upload for large objects
+            with self.fs.open_output_stream(path) as out:  # parts upload in the background
                 out.write(data)
-            return
+            problem = check() if check is not None else ""
+            if problem:
+                self.fs.delete_file(path)
+            return problem
         os.makedirs(os.path.dirname(path), exist_ok=True)
         temporary = f"{os.path.dirname(path)}/.copying-{uuid.uuid4().hex}"
-        with open(temporary, "wb") as out:
-            out.write(data)
-            out.flush()
-            os.fsync(out.fileno())
-        os.replace(temporary, path)
+        try:
+            with open(temporary, "wb") as out:
+                out.write(data)
+                out.flush()
+                os.fsync(out.fileno())
+            problem = check() if check is not None else ""
+            if not problem:
+                os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.remove(temporary)
+        return problem
 
     def read_text(self, relative: str) -> str | None:
         """A small text file, or None when there is none."""

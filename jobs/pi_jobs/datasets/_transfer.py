@@ -1,7 +1,9 @@
 """Moving one lake file, verified (architecture decisions 10 and 14).
 
-The bytes read from the source are checked before they are written: their length against the
-source's Delta log, the footer and every page's CRC (`pi_format.lake.page_walk.check_pages`: the lake's page
+The bytes read from the source are checked while they are written, and a file keeps its name
+at the destination only when they passed (a local file is renamed into place after the check;
+an S3 object that fails is deleted once its upload completed, and was never in a Delta log):
+their length against the source's Delta log, the footer and every page's CRC (`pi_format.lake.page_walk.check_pages`: the lake's page
 shape walked in C-backed code, anything else by `pi_format.lake.check_parquet_file`, the
 machinery `pilake verify` uses), and a sha256 is taken of them at the source (the manifest
 records it). After the writes, the destination's listing must show every file at the source's
@@ -20,7 +22,7 @@ import hashlib
 import os
 import signal
 import threading
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import pyarrow as pa
@@ -84,6 +86,12 @@ def _facts(data: bytes) -> tuple[int, str]:
     return int(reader.metadata.num_rows), _delta_stats(columns)
 
 
+def _verify(data: bytes, require_crc: bool) -> tuple[str, str]:
+    """(what is wrong or '', sha256) of a file's bytes as read from the source."""
+    problem = _check_pages(data, require_crc)
+    return problem, ("" if problem else _sha256(data))
+
+
 def _job_facts(job: FileJob, data: bytes) -> tuple[int, str]:
     if job.num_rows >= 0 and job.stats_json:
         return job.num_rows, job.stats_json
@@ -117,6 +125,7 @@ class Transfers:
         self.readback = readback
         self.counts = TransferCounts()
         self._present: dict[str, int] = {}
+        self._checks: ThreadPoolExecutor | None = None  # the source-side checks, beside the writes
         raw = os.environ.get(KILL_AFTER_FILES_ENV, "")
         self._kill_after = int(raw) if raw.strip().isdigit() else 0
 
@@ -132,7 +141,9 @@ class Transfers:
         with (
             ThreadPoolExecutor(self.workers, thread_name_prefix="copy") as pool,
             ThreadPoolExecutor(self.workers, thread_name_prefix="copy-part") as parts,
+            ThreadPoolExecutor(self.workers, thread_name_prefix="copy-check") as checks,
         ):
+            self._checks = checks
             futures = {job.relative: pool.submit(self.one, job, parts) for job in jobs}
             try:
                 for relative, future in futures.items():
@@ -142,6 +153,7 @@ class Transfers:
                     future.cancel()
                 raise
             finally:
+                self._checks = None
                 self.manifest.flush()
         self._check_landed(jobs)
         return out
@@ -213,11 +225,22 @@ class Transfers:
             if len(data) != job.size:
                 problem = f"read {len(data)} bytes, the source's Delta log says {job.size}"
                 continue
-            problem = _check_pages(data, job.require_crc)
+            # the source-side check (page CRCs, sha256) runs while the bytes go out; the file
+            # keeps its name at the destination only when it passed (`LakeStore.write`)
+            verdict: Future[tuple[str, str]]
+            if self._checks is not None:
+                verdict = self._checks.submit(_verify, data, job.require_crc)
+            else:
+                verdict = Future()
+                verdict.set_result(_verify(data, job.require_crc))
+
+            def check(verdict: Future[tuple[str, str]] = verdict) -> str:
+                return verdict.result()[0]
+
+            problem = self.dest.write(job.relative, data, check=check)
             if problem:
                 continue
-            digest = _sha256(data)
-            self.dest.write(job.relative, data)
+            digest = verdict.result()[1]
             if self.readback:
                 back = self.dest.read(job.relative, part_bytes=self.part_bytes, parts=parts)
                 if _sha256(back) != digest:

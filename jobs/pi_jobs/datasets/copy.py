@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
@@ -225,9 +226,17 @@ def plan_copy(source_root: str, name: str, dest_root: str) -> CopyPlan:
         pin = PinStore(source).get(name)
     except LakeError as err:
         raise CopyError(str(err)) from err
-    rows = source_rows(source, pin)
-    jobs = _plan(source, rows)
-    tables = _dest_tables(dest, dest_store)
+    # the destination's tables are opened (or made: several object-store round trips) while the
+    # source's log and rows are read
+    with ThreadPoolExecutor(1, thread_name_prefix="copy-plan") as pool:
+        opening = pool.submit(_dest_tables, dest, dest_store)
+        try:
+            rows = source_rows(source, pin)
+            jobs = _plan(source, rows)
+        except BaseException:
+            opening.exception()  # waited for; the source's fault is the one reported
+            raise
+        tables = opening.result()
     committed = {n: file_sizes(tables[n]) for n in _FILE_TABLES}
     to_send: list[FileJob] = []
     for job in jobs:
