@@ -73,7 +73,11 @@ FIRING = {
     "sink_crash_looping": {"PilakeStreamRestarting", "PilakeStreamCheckpointsFailing"},
     # a checkpoint that fails fails the job too (Flink tolerates no failed checkpoint by
     # default): it restarts after each
-    "checkpoints_failing": {"PilakeStreamCheckpointsFailing", "PilakeStreamRestarting"},
+    "checkpoints_failing": {
+        "PilakeStreamCheckpointsFailing",
+        "PilakeStreamRestarting",
+        "PilakeStreamCheckpointOld",
+    },
     "job_down": {"PilakeStreamJobDown"},
     "quarantine_rising": {"PilakeQuarantineRising"},
     "store_down_backlog": {"PilakeStreamStalled", "PilakeStreamLagGrowing"},

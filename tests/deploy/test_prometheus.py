@@ -193,6 +193,11 @@ def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
     failed = flink("checkpoints_failing", "flink_jobmanager_job_numberOfFailedCheckpoints")
     completed = flink("checkpoints_failing", "flink_jobmanager_job_numberOfCompletedCheckpoints")
     assert failed[-1] > failed[-16] and completed[-1] == completed[-21]
+    # ... and its last completed checkpoint (a Unix time in ms, rebased by the render) is more
+    # than 30 stretched minutes older than the last scrape (PilakeStreamCheckpointOld)
+    case = record["cases"]["checkpoints_failing"]
+    stamps = flink("checkpoints_failing", "flink_jobmanager_job_lastCheckpointCompletedTimestamp")
+    assert (case["wall"][-1] - stamps[-1] / 1000) * 60 / case["scrape_s"] > 1800 + 300
     # the stream job SIGKILLed: its endpoint served, then nothing (PilakeStreamJobDown)
     down = record["cases"]["job_down"]["scrapes"]["stream"]
     assert "pilake_stream_subtask{}" in down[0] and not any(down[-30:])
