@@ -5,6 +5,7 @@ again."""
 
 from __future__ import annotations
 
+import json
 import random
 from pathlib import Path
 
@@ -59,3 +60,74 @@ def test_a_damaged_entry_is_a_miss_and_is_removed(tmp_path: Path, damage: str) -
     cache.save(FINGERPRINT, VERSIONS, rows, [])
     entry = cache.load(FINGERPRINT, VERSIONS)
     assert entry is not None and entry.rows.equals(rows)
+
+
+def _saved(tmp_path: Path, rows: pa.Table) -> tuple[OpenCache, Path]:
+    cache = OpenCache(tmp_path / "opens")
+    cache.save(FINGERPRINT, VERSIONS, rows, [])
+    (path,) = (tmp_path / "opens").glob("*.arrow")
+    return cache, path
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_a_byte_flipped_anywhere_in_the_rows_is_a_miss(tmp_path: Path, seed: int) -> None:
+    # Arrow IPC checks none of its body: without the recorded CRC, a flipped value byte read
+    # back as other rows (a wrong step count, a wrong locator) and was trusted
+    rows = _rows()
+    cache, path = _saved(tmp_path, rows)
+    data = bytearray(path.read_bytes())
+    rng = random.Random(seed)
+    data[rng.randrange(len(data))] ^= 1 << rng.randrange(8)
+    path.write_bytes(bytes(data))
+    assert cache.load(FINGERPRINT, VERSIONS) is None
+    assert not path.exists() and not path.with_suffix(".json").exists()
+    cache.save(FINGERPRINT, VERSIONS, rows, [])
+    entry = cache.load(FINGERPRINT, VERSIONS)
+    assert entry is not None and entry.rows.equals(rows)
+
+
+@pytest.mark.parametrize("damage", ["grown", "other_versions", "other_snapshot", "old_format", "record_lies"])
+def test_an_entry_that_is_not_the_recorded_one_is_a_miss(tmp_path: Path, damage: str) -> None:
+    rows = _rows()
+    cache, path = _saved(tmp_path, rows)
+    meta_path = path.with_suffix(".json")
+    other_rows = _rows(1_500)
+    if damage == "grown":
+        path.write_bytes(path.read_bytes() + b"\0" * 64)
+    elif damage in ("other_versions", "other_snapshot"):
+        # a whole, valid entry of other table versions (or another snapshot) renamed into this name
+        fingerprint, versions = (
+            (FINGERPRINT, {**VERSIONS, "episodes": 2}) if damage == "other_versions" else ("abc123", VERSIONS)
+        )
+        cache.save(fingerprint, versions, other_rows, [])
+        other = next(p for p in (tmp_path / "opens").glob("*.arrow") if p != path)
+        other.replace(path)
+        other.with_suffix(".json").replace(meta_path)
+    elif damage == "old_format":  # what the code before the CRC wrote: no format, size or CRC
+        meta_path.write_text(json.dumps({"versions": VERSIONS, "checksummed": []}))
+    else:  # a record whose size and CRC name other bytes
+        meta = json.loads(meta_path.read_text())
+        meta["crc32"] = (meta["crc32"] + 1) % 2**32
+        meta_path.write_text(json.dumps(meta))
+    assert cache.load(FINGERPRINT, VERSIONS) is None
+    assert not path.exists()
+    assert cache.newest(FINGERPRINT) is None or cache.newest(FINGERPRINT).rows.num_rows != other_rows.num_rows
+    cache.save(FINGERPRINT, VERSIONS, rows, [])
+    entry = cache.load(FINGERPRINT, VERSIONS)
+    assert entry is not None and entry.rows.equals(rows)
+
+
+def test_a_good_entry_beside_a_damaged_one_still_reads(tmp_path: Path) -> None:
+    rows = _rows()
+    cache = OpenCache(tmp_path / "opens")
+    cache.save(FINGERPRINT, VERSIONS, rows, ["steps"])
+    later = {**VERSIONS, "episodes": 9}
+    cache.save(FINGERPRINT, later, rows, ["steps"])
+    damaged = tmp_path / "opens" / f"{FINGERPRINT}-9-4-5.arrow"
+    data = bytearray(damaged.read_bytes())
+    data[len(data) // 2] ^= 0x10
+    damaged.write_bytes(bytes(data))
+    # the newest copy (used while the store is down) skips the damaged one for the good one
+    entry = cache.newest(FINGERPRINT)
+    assert entry is not None and entry.versions == VERSIONS and entry.rows.equals(rows)
+    assert not damaged.exists()
