@@ -14,9 +14,10 @@ rows) and a `.json` beside it (the tables that record page CRCs, and what the ro
 its format, fingerprint, table versions, size and CRC-32); both written to a temporary name and
 renamed (the rows first), so a reader never sees half an entry. Arrow IPC checks no bytes of
 its body, so an entry is trusted only when every recorded field matches, the CRC over the whole
-mapped file included (~0.1 s per 160 MB, zlib, the GIL released): a file cut short, grown, with
-a flipped byte anywhere, written by another version of this code or renamed from another
-snapshot or table versions is a miss (and is removed), and the open reads the lake again.
+mapped file included (zlib: 0.05 s for 160 MB here, the rows of 210,000 episodes): a file cut
+short, grown, with a flipped byte anywhere, written by another version of this code or renamed
+from another snapshot or table versions is a miss (and is removed), and the open reads the
+lake again.
 
 Example:
     >>> cache = OpenCache(Path(index_dir) / "opens")
