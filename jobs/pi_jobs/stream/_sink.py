@@ -41,6 +41,7 @@ from pi_jobs.stream._events import SinkEvents, offset_ranges
 from pi_jobs.stream._group_commit import GroupCommits, Refused, Waiting
 from pi_jobs.stream._held import held_positions_descriptor, lone_position, refetch, split_held
 from pi_jobs.stream._held_limits import HeldLimits
+from pi_jobs.stream._keying import key_matches
 from pi_jobs.stream._progress import load_progress, subtask_progress_file, write_progress
 from pi_jobs.stream._records import (
     NO_KEY,
@@ -269,6 +270,8 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         key_bytes, payload, partition, offset = value[0], value[1], value[2], value[3]
         payload = bytes(payload) if payload is not None else b""
         key = ctx.get_current_key()
+        if not key_matches(key, value):  # the JVM's key expression disagrees with episode_key:
+            key = NO_KEY  # never committed under it; quarantined as a message without a usable key
         msg = SourceMessage(
             topic=self.settings.raw_topic,
             partition=int(partition),
