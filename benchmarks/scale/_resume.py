@@ -145,6 +145,7 @@ def resume(
     recorded = reconcile_catalog(lake, catalog)
     planned = tuple(sizes or state.get("sizes_planned") or (1_000_000,))
     left = tuple(s for s in sorted(planned) if s > held)
+    config = config_from(state, left or (held,))  # before anything is written: a refusal changes nothing
     legs: list[dict[str, Any]] = state.get("legs") or first_legs(state, held)
     leg: dict[str, Any] = {
         "from": held,
@@ -174,7 +175,6 @@ def resume(
     if not left:
         return held
     stopper = Stopper(home, min_free_gb, grow_until, tick)
-    config = config_from(state, left)
     count = held
     for size, figures in _grow.grow(lake, catalog, config, start=held, stop=stopper):
         count = size
