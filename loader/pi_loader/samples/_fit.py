@@ -20,7 +20,9 @@ def choose_cameras(
         UnknownCameraError: a camera not every episode has, or none shared.
     """
     first = episode_cameras[0]
-    common = [c for c in first if all(c in cams for cams in episode_cameras)]
+    # the distinct lists when the caller keeps them (`CameraLists`): not a pass per episode
+    lists = getattr(episode_cameras, "distinct", episode_cameras)
+    common = [c for c in first if all(c in cams for cams in lists)]
     if cameras is None:
         if not common:
             raise UnknownCameraError(

@@ -53,7 +53,7 @@ class SampleGather:
         index: SampleIndex,
         episode_ids: Sequence[str],
         attempt_ids: Sequence[str],
-        episode_cameras: tuple[tuple[str, ...], ...],
+        episode_cameras: Sequence[tuple[str, ...]],
         video_sizes: np.ndarray,
         locators: EpisodeLocators,
         stats: Mapping[str, Stats],

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import numpy as np
 from pi_format import LakeLayout
 
 from pi_loader.reading._chunk_index import ChunkIndex
@@ -90,7 +89,7 @@ def build_readers(
             episode_ids=episode_ids,
             attempt_ids=attempt_ids,
             lengths=selection.lengths,
-            camera_counts=np.array([len(c) for c in selection.episode_cameras], np.int32),
+            camera_counts=selection.episode_cameras.counts(),
             version=versions["steps"],
             max_episodes=sizes.episode_cache_size,
             max_bytes=sizes.steps_cache_bytes,

@@ -24,6 +24,7 @@ from pi_loader._errors import (
     PiLoaderError,
     SnapshotDataMissingError,
 )
+from pi_loader.reading._camera_lists import CameraLists
 from pi_loader.reading._damage import Unreadable
 from pi_loader.reading._lake import read_committed_episodes, resolve_tables
 from pi_loader.reading._open_cache import OpenCache
@@ -48,7 +49,7 @@ class Selection:
 
     rows: pa.Table  # the selected rows of the episodes table (the commit markers, with locators)
     snapshot: Snapshot
-    episode_cameras: tuple[tuple[str, ...], ...]  # cameras each episode recorded
+    episode_cameras: CameraLists  # cameras each episode recorded
     video_sizes: np.ndarray  # int32 [E, 2]: (height, width) of each episode's video
     # lake files and log entries the open could not read: their episodes are not in it
     unreadable: tuple[Unreadable, ...] = ()
@@ -343,10 +344,11 @@ def _check_pinned_rows(
 _CAMERA_SEP = "\x1f"
 
 
-def _camera_lists(cameras: pa.ChunkedArray) -> tuple[tuple[str, ...], ...]:
-    """Each row's camera names as a tuple, one tuple object per distinct list (pickled Datasets
-    share them through pickle's memo); the lists are few, the rows many, so the distinct lists
-    are found in Arrow rather than by turning every row into Python lists."""
+def _camera_lists(cameras: pa.ChunkedArray) -> CameraLists:
+    """Each row's camera names: the distinct lists and an int32 index per row (`_camera_lists`:
+    no Python object per row); the lists are few, the rows many, so the distinct lists are
+    found in Arrow rather than by turning every row into Python lists."""
     keys = pc.binary_join(cameras, _CAMERA_SEP).combine_chunks().dictionary_encode()
     distinct = [tuple(k.split(_CAMERA_SEP)) if k else () for k in keys.dictionary.to_pylist()]
-    return tuple(distinct[i] for i in keys.indices.to_numpy(zero_copy_only=False).tolist())
+    index = np.ascontiguousarray(keys.indices.to_numpy(zero_copy_only=False).astype(np.int32))
+    return CameraLists(distinct, index)

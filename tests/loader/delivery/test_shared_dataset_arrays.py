@@ -23,6 +23,7 @@ def _per_episode_arrays(dataset: Any) -> dict[str, np.ndarray]:
         "index.lengths": dataset._index.lengths,
         "index.offsets": dataset._index.offsets,
         "video_sizes": gather._sizes,
+        "episode_cameras.indices": gather._episode_cameras.indices,
         "episode_ids.data": ids._data,
         "episode_ids.offsets": ids._offsets,
         "attempt_ids.data": attempts._data,
