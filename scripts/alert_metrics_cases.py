@@ -148,9 +148,10 @@ def _flink_case(
     without end, as deployed) with Flink's Prometheus reporter; an uploader submits an episode
     every other scrape; after scrape FLINK_FAULT_AT `fault` is made: "lake" (the lake immutable:
     the sink fails at once, the job restarts again and again) or "checkpoints" (the job's
-    checkpoint directory immutable: every checkpoint fails). The stream worker's own endpoint
-    is scraped too ("stream": nothing while a restart has none serving), and each scrape's wall
-    time kept ("wall": the render rebases Flink's lastCheckpointCompletedTimestamp with it)."""
+    checkpoint directory immutable: every checkpoint fails). For "checkpoints" the stream
+    worker's own endpoint is scraped too ("stream": nothing while a restart has none serving);
+    each scrape's wall time is kept ("wall": the render rebases Flink's
+    lastCheckpointCompletedTimestamp with it)."""
     import contextlib
     from dataclasses import replace
 
@@ -218,7 +219,7 @@ def _flink_case(
             shutil.rmtree(spool, ignore_errors=True)
     gc.collect()
     return {
-        "scrapes": {"flink": got, "stream": worker},
+        "scrapes": {"flink": got, **({"stream": worker} if fault == "checkpoints" else {})},
         "wall": wall,
         "scrape_s": FLINK_SCRAPE_S,
         "fault": f"{fault} made unwritable (chattr +i) after scrape {FLINK_FAULT_AT}",

@@ -30,8 +30,11 @@ over HTTP once a second, as Prometheus would:
   made immutable (chattr +i): the sink fails at once, Flink restarts the job again and again;
 - checkpoints_failing: the same, but the job's checkpoint directory is made immutable: every
   checkpoint fails (and, tolerating none, Flink restarts the job); 42 scrapes, so that the last
-  completed checkpoint grows more than 30 (stretched) minutes old. Both Flink cases scrape the
-  stream worker too (sink_crash_looping: episodes come in on every replay, none is committed);
+  completed checkpoint grows more than 30 (stretched) minutes old; it scrapes the stream worker
+  too (its endpoint answers nothing while the job restarts: PilakeStreamJobDown must stay quiet
+  on the short gaps). sink_crash_looping does not: rerecorded with it, no worker answered in the
+  26 scrapes after the fault (no episodes_in either, so PilakeStreamNotCommitting cannot be
+  recorded on a crash loop; it keeps a hand-written case);
 - job_down: the healthy stream job, SIGKILLed (driver, JVM, worker) after 8 scrapes: its
   endpoint stops answering (recorded as serving nothing);
 - quarantine_rising: the healthy stream job and uploader, and a robot sending bad messages (a
