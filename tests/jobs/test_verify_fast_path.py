@@ -132,3 +132,26 @@ def test_verify_names_a_flipped_page_body_byte_in_every_table(clean_root: Path, 
     assert report.exit_code == 2
     for table, name in flipped.items():
         assert any(f.table == table and f.file == name and f.row_group == 0 for f in report.faults), table
+
+
+def test_verify_with_two_workers_reports_what_one_does(clean_root: Path, tmp_path: Path) -> None:
+    """`--workers 2`: the files checked in two processes, the same report (statuses, faults,
+    episodes) as one process, damage included; a killed run's state is the same too."""
+    root = tmp_path / "lake"
+    shutil.copytree(clean_root, root)
+    path = _file(root, "steps")
+    column = pq.ParquetFile(path).metadata.row_group(0).column(1)
+    start = column.data_page_offset
+    if column.has_dictionary_page and column.dictionary_page_offset is not None:
+        start = min(start, column.dictionary_page_offset)
+    data = bytearray(path.read_bytes())
+    data[start + column.total_compressed_size - 3] ^= 0x04  # in the body of the chunk's last page
+    path.write_bytes(bytes(data))
+    layout = LakeLayout(str(root))
+    one = verify_lake(layout, VerifyConfig()).as_dict()
+    two = verify_lake(layout, VerifyConfig(workers=2)).as_dict()
+    for key in ("seconds", "mb_per_s"):
+        one.pop(key), two.pop(key)
+    assert one == two and one["corrupt"] and one["files_checked"] > 2
+    with pytest.raises(ValueError, match="workers must be an int >= 1"):
+        VerifyConfig(workers=0)

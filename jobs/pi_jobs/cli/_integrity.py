@@ -26,6 +26,7 @@ def _cmd_verify(settings: Settings, args: argparse.Namespace) -> int:
         tables=tuple(args.table) if args.table else VERIFIED_TABLES,
         state_path=Path(args.state) if args.state else _verify_dir(settings) / "state.json",
         report_path=Path(args.report) if args.report else _verify_dir(settings) / "report.json",
+        workers=args.workers,
     )
     print(f"verify: {settings.lake_root} (read-only); state {config.state_path}")
     bar = not args.no_progress and sys.stderr.isatty()  # a CronJob's log gets a line every 2 s instead
@@ -108,6 +109,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     p.add_argument("--report", help="JSON report path (default: $PILAKE_HOME/verify/report.json)")
     p.add_argument("--json", action="store_true", help="print the report as JSON")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument(
+        "--workers", type=int, default=1, help="files checked at once, one process each (default: 1)"
+    )
     p.add_argument(
         "--metrics-file",
         help="write the run's figures (pilake_verify_*) to this file, Prometheus text format "

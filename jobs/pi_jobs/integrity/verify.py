@@ -18,7 +18,7 @@ import json
 import os
 import time
 import zlib
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +27,7 @@ from pi_format import TABLE_SCHEMAS, LakeLayout
 
 from pi_jobs.integrity._attribute import corrupt_episodes, read_markers
 from pi_jobs.integrity._lost import log_gaps, vanished_episodes
+from pi_jobs.integrity._parallel import check_files
 from pi_jobs.integrity._scan import KIND_LOG, Fault, FileResult, check_file
 
 # Every table of the lake is scrubbed by default: a byte of any of them may end up in a sample
@@ -50,6 +51,7 @@ class VerifyConfig:
         state_path: where the scrub records each file's result as it goes (resume); None: not
             resumable.
         report_path: where the JSON report is written; None: not written.
+        workers: files checked at once, each in its own process (`_parallel`); 1: in this one.
 
     Example:
         >>> VerifyConfig(sample=0.1, state_path=Path("/var/pilake/verify/state.json"))
@@ -60,8 +62,12 @@ class VerifyConfig:
     tables: tuple[str, ...] = VERIFIED_TABLES
     state_path: Path | None = None
     report_path: Path | None = None
+    # one process: what a small lake or a busy host wants; each worker costs ~1 s to start
+    workers: int = 1
 
     def __post_init__(self) -> None:
+        if isinstance(self.workers, bool) or not isinstance(self.workers, int) or self.workers < 1:
+            raise ValueError(f"workers must be an int >= 1, got {self.workers!r}")
         if not 0.0 < self.sample <= 1.0:
             raise ValueError(f"sample must be a fraction in (0, 1], got {self.sample}")
         unknown = sorted(set(self.tables) - set(TABLE_SCHEMAS))
@@ -234,6 +240,20 @@ def _table_state(layout: LakeLayout, table: str) -> tuple[dict[str, int] | None,
         return None, False, Fault(KIND_LOG, table, "_delta_log", detail)
 
 
+def _checks(
+    layout: LakeLayout, todo: list[tuple[str, str, int]], required: set[str], workers: int
+) -> Iterator[FileResult]:
+    """Each file's checks, in the order of `todo`: here, or in `workers` processes."""
+    from pi_format.lake import table_filesystem
+
+    if workers > 1:
+        yield from check_files(layout, todo, required, workers=workers)
+        return
+    for table, path, size in todo:
+        fs, base = table_filesystem(layout.table(table))
+        yield check_file(fs, base, table, path, size, require_crc=table in required)
+
+
 def verify_lake(
     layout: LakeLayout,
     config: VerifyConfig | None = None,
@@ -253,7 +273,6 @@ def verify_lake(
         >>> report = verify_lake(LakeLayout("/data/lake"), VerifyConfig(sample=0.05))
         >>> print("\\n".join(report.lines()))
     """
-    from pi_format.lake import table_filesystem
     from tqdm import tqdm
 
     config = config or VerifyConfig()
@@ -285,10 +304,9 @@ def verify_lake(
         disable=not progress,
         postfix={"files": f"0/{len(todo)}", "corrupt": corrupt},
     )
+    checks = _checks(layout, todo, required, config.workers)
     with bar:
-        for n, (table, path, size) in enumerate(todo, 1):
-            fs, base = table_filesystem(layout.table(table))
-            result = check_file(fs, base, table, path, size, require_crc=table in required)
+        for n, ((table, path, size), result) in enumerate(zip(todo, checks, strict=True), 1):
             done[_state_key(table, path)] = result.as_dict()
             report.files_checked += 1
             report.bytes_checked += result.bytes
