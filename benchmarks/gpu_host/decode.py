@@ -5,6 +5,10 @@ One prepared command for a GPU host (it dry-runs the CPU legs anywhere):
 
     python -m benchmarks.gpu_host.decode --out DIR             # a GPU host: ~3 min
     python -m benchmarks.gpu_host.decode --quick --out DIR     # a dry run (CPU legs; GPU skipped)
+    python -m benchmarks.gpu_host.decode --loader-only --out DIR   # the Loader legs alone
+
+The raw decode legs below, then the Loader end to end with decoder="nvdec" vs "cpu" on a real
+lake at 224 and 480 px (`benchmarks.gpu_host._loader_legs`, the `loader` object of the JSON).
 
 1. Chunks as the lake writes them (`pi_format.video.encode_chunks`: intra-only H.264, 10 frames a
    chunk, the writer's x264 settings) of synthetic frames (a moving gradient over seeded texture),
@@ -144,7 +148,7 @@ def _timed(kind: str, batch: int, decode: Any, plan: list[list[tuple[int, int]]]
 
 def _sizes(text: str) -> list[tuple[int, int]]:
     out = []
-    for item in text.split(","):
+    for item in filter(None, text.split(",")):
         width, _, height = item.partition("x")
         out.append((int(width), int(height)))
     return out
@@ -168,6 +172,29 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             print(f"[gpu_decode] {missing}", flush=True)
     workers = args.workers or max((os.cpu_count() or 2) - 2, 1)
     batches = [int(b) for b in args.batches.split(",")]
+    if not args.no_loader:
+        import shutil
+        import tempfile
+
+        from benchmarks.gpu_host._loader_legs import measure_loader
+
+        root = Path(tempfile.mkdtemp(prefix="gpu_decode_lakes_"))
+        try:
+            loader = measure_loader(
+                root=root,
+                sizes=[int(px) for px in args.loader_sizes.split(",")],
+                batches=batches,
+                workers=workers,
+                repeats=args.repeats,
+                measure_s=args.measure_s,
+                episodes=args.loader_episodes,
+                duration_s=args.loader_episode_s,
+                gpu_missing=missing,
+            )
+        finally:
+            shutil.rmtree(root, ignore_errors=True)
+    if args.loader_only:
+        args.sizes = ""
     result: dict[str, Any] = {
         "benchmark": "gpu_decode",
         "machine": machine(),
@@ -185,6 +212,8 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         "legs": {},
         "gpu_wins": [],
     }
+    if not args.no_loader:
+        result["loader"] = loader
     for width, height in _sizes(args.sizes):
         t = time.monotonic()
         chunks = make_chunks(width, height, args.chunks)
@@ -265,9 +294,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--chunks", type=int, default=24, help="chunks per size (10 frames each)")
     parser.add_argument("--no-gpu", action="store_true", help="CPU legs only")
     parser.add_argument("--quick", action="store_true", help="a dry run: small sizes, short legs")
+    parser.add_argument("--loader-sizes", default="224,480", help="px,... of the Loader legs' lakes")
+    parser.add_argument("--loader-episodes", type=int, default=40, help="episodes per Loader lake")
+    parser.add_argument("--loader-episode-s", type=float, default=4.0, help="seconds per episode")
+    parser.add_argument("--no-loader", action="store_true", help="the raw decode legs only")
+    parser.add_argument("--loader-only", action="store_true", help="the Loader legs only")
     args = parser.parse_args(argv)
     if args.quick:
         args.sizes, args.measure_s, args.chunks = "224x224,320x240", 0.3, 4
+        args.loader_sizes, args.loader_episodes, args.loader_episode_s = "224,320", 6, 2.0
         args.workers = args.workers or 2
     started = time.monotonic()
     result = run(args)
@@ -280,6 +315,13 @@ def main(argv: list[str] | None = None) -> int:
         cells = [_text(entry.get(f"{k}_samples_per_s")) for k in ("cpu_pool", "cpu_1", "gpu")]
         print(f"{key:18s} " + " ".join(f"{c:>22s}" for c in [*cells, _text(entry.get("gpu_over_cpu_pool"))]))
     print(f"GPU: {result['gpu']}; GPU wins at (batch, height): {result['gpu_wins'] or 'nowhere measured'}")
+    if "loader" in result:
+        print(f"\n{'Loader px/batch':18s} {'cpu':>22s} {'nvdec':>22s} {'nvdec/cpu':>22s}")
+        for key, entry in result["loader"]["legs"].items():
+            cells = [_text(entry.get(f"loader_{k}_samples_per_s")) for k in ("cpu", "nvdec")]
+            print(f"{key:18s} " + " ".join(f"{c:>22s}" for c in [*cells, _text(entry.get("nvdec_over_cpu"))]))
+        wins = result["loader"]["nvdec_wins"] or "nowhere measured"
+        print(f"Loader NVDEC: {result['loader']['nvdec']}; wins at (batch, px): {wins}")
     print(f"wrote {path} in {result['elapsed_s']} s")
     return 0
 

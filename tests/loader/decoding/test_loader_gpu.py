@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 import torch
 from pi_format.video import ChunkDecoder, VideoChunk, encode_chunks
+from pi_format.video.reader import access_unit_bounds
 from pi_loader import CorruptDataError, Dataset, Loader, SampleSpec
 from pi_loader.decoding import (
     ChunkPacketError,
@@ -117,6 +118,10 @@ def test_workers_send_only_the_frames_access_units_never_pixels(loader_lake: Fak
                 # the batch, not by what was read before
                 assert value.nbytes < cpu[key].nbytes / 4
                 assert len(value.payloads) <= 8
+                for payload, output in zip(value.payloads, value.outputs, strict=True):
+                    # the units from the keyframe up to the frame, nothing after: not the chunk
+                    units = access_unit_bounds(payload)
+                    assert units is not None and len(units) == output + 1 and units[0][2]
             else:
                 np.testing.assert_array_equal(value, cpu[key], err_msg=key)
 
