@@ -131,6 +131,11 @@ def main() -> None:
                             else ["copy", "plain_fsync", "plain"]
                         )
                     for leg in legs:
+                        # every leg starts from the same state: the dirty pages of the legs before
+                        # (SeaweedFS's volume files, the local copies) written back untimed, so a
+                        # leg does not pay for its predecessor's writeback
+                        os.sync()
+                        time.sleep(1.0)
                         if leg.startswith("plain"):
                             fs, prefix = (
                                 (s3_fs, f"bench/plain-{r}")
@@ -180,7 +185,8 @@ def main() -> None:
             "fairness": (
                 "the same files (the pin's steps and video files), the same thread count for both legs "
                 "(--workers; both share pyarrow's IO pool for background uploads), each leg into a fresh "
-                "prefix, legs interleaved with their order alternating per repeat"
+                "prefix, legs interleaved with their order alternating per repeat, os.sync() and 1 s "
+                "before every leg (untimed) so no leg pays for the writeback of the one before"
             ),
             "page_cache": (
                 "the source (~280 MB) is read from the page cache by both legs and SeaweedFS writes into "
