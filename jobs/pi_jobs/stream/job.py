@@ -1,7 +1,8 @@
 """The stream job's graph: the Kafka source table, key by episode, the lake sink.
 
 Job graph (at `StreamJobConfig.parallelism`): Table API Kafka source (`value.format=raw`, key, partition and
-offset as columns) -> `to_data_stream` -> key_by(episode_id) -> `EpisodeSinkFunction`
+offset as columns) -> SQL `(episode key, record)` -> `to_data_stream` -> keyBy in the JVM
+(pi_jobs.stream._keying) -> `EpisodeSinkFunction`
 (pi_jobs.stream._sink). `pi_jobs.stream.driver` submits it and watches it.
 """
 
@@ -34,7 +35,7 @@ def build_job(config: StreamJobConfig) -> Any:
     from pyflink.datastream import StreamExecutionEnvironment
     from pyflink.table import StreamTableEnvironment
 
-    from pi_jobs.stream._records import episode_key
+    from pi_jobs.stream._keying import key_by_in_jvm
     from pi_jobs.stream._sink import EpisodeSinkFunction
     from pi_jobs.stream._sink_settings import SinkSettings
     from pi_jobs.stream.contract import load_registry
@@ -120,9 +121,9 @@ def build_job(config: StreamJobConfig) -> Any:
         dependency_retry_s=config.dependency_retry_s,
         limits=config.limits,
     )
-    stream = t_env.to_data_stream(t_env.from_path("pilake_raw"))
     (
-        stream.key_by(episode_key, key_type=Types.STRING())
+        # keyed in the JVM (SQL key expression): no Python operator in front of the sink
+        key_by_in_jvm(t_env, "pilake_raw")
         .process(EpisodeSinkFunction(settings), output_type=Types.STRING())
         .name("pilake-lake-sink")
         # fixed uids: a savepoint's keyed state (episodes being assembled) maps back onto these
