@@ -304,6 +304,7 @@ def main(argv: list[str] | None = None) -> int:
     if not modes or any(m not in LEG_OF_MODE for m in modes):
         parser.error(f"--modes must name some of {sorted(LEG_OF_MODE)}, got {args.modes!r}")
     ingest_legs = [LEG_OF_MODE[m] for m in modes]
+    load_start = list(os.getloadavg())  # the machine's load beside the figures (1, 5, 15 min)
     runs: list[dict[str, Any]] = []
     failed: dict[str, str] = {}  # a leg that failed once is not run again (nor judged)
     for repeat, leg in interleaved(("transcode", *ingest_legs), args.repeats):
@@ -338,6 +339,7 @@ def main(argv: list[str] | None = None) -> int:
         "cpu_count": os.cpu_count(),
         "modes": modes,
         "runs": runs,
+        "load": {"start": load_start, "end": list(os.getloadavg())},
         "targets_detail": {},
     }
     print("\n| leg | CPU ms per episode | broker CPU ms per episode | / transcode |")
