@@ -42,3 +42,23 @@ def test_unknown_modes_are_refused(modes: str, tmp_path: Path) -> None:
     done = _cpu("--modes", modes, "--out", str(tmp_path))
     assert done.returncode == 2
     assert "--modes must name some of ['process', 'thread']" in done.stderr
+
+
+def test_sink_split_times_each_stage_and_the_transcode(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [
+            *(sys.executable, "-m", "benchmarks.ingest.sink_split"),
+            *("--episodes", "1", "--duration-s", "0.5", "--repeats", "1", "--out", str(tmp_path)),
+        ],
+        cwd=ROOT,
+        env=dict(os.environ, OPENBLAS_NUM_THREADS="1"),
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    stages = json.loads((tmp_path / "ingest_sink_split.json").read_text())["cpu_ms_per_episode"]
+    # the verification decode is seen (patched into featurize's module, not the same-named function)
+    assert stages["verify_decode"]["median"] > 0
+    assert stages["featurize"]["median"] > stages["verify_decode"]["median"]
+    assert stages["transcode_alone"]["median"] > 0
