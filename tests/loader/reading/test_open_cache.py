@@ -111,7 +111,8 @@ def test_an_entry_that_is_not_the_recorded_one_is_a_miss(tmp_path: Path, damage:
         meta_path.write_text(json.dumps(meta))
     assert cache.load(FINGERPRINT, VERSIONS) is None
     assert not path.exists()
-    assert cache.newest(FINGERPRINT) is None or cache.newest(FINGERPRINT).rows.num_rows != other_rows.num_rows
+    newest = cache.newest(FINGERPRINT)
+    assert newest is None or newest.rows.num_rows != other_rows.num_rows
     cache.save(FINGERPRINT, VERSIONS, rows, [])
     entry = cache.load(FINGERPRINT, VERSIONS)
     assert entry is not None and entry.rows.equals(rows)
