@@ -1,20 +1,19 @@
 """Moving one lake file, verified (architecture decisions 10 and 14).
 
-The bytes read from the source are checked while they are written, and a file keeps its name
-at the destination only when they passed (a local file is renamed into place after the check;
-an S3 object that fails is deleted once its upload completed, and was never in a Delta log):
-their length against the source's Delta log, the footer and every page's CRC (`pi_format.lake.page_walk.check_pages`: the lake's page
-shape walked in C-backed code, anything else by `pi_format.lake.check_parquet_file`, the
-machinery `pilake verify` uses), and a sha256 is taken of them at the source (the manifest
-records it). After the writes, the destination's listing must show every file at the source's
-size; with `readback` every written file is also read back and must have the source's sha256
-(twice the traffic: the page CRCs and the source digest already hold the bytes that were sent).
-A fault re-fetches once; a second fault fails the copy naming the file. The Delta add action's
-row count and statistics come from the source's log (`FileJob.num_rows`, `stats_json`), so a
-file is parsed once, by the check. A file the destination already holds with the source's
-size (a copy killed after writing it, before its manifest entry) is checked in place, by its
-page CRCs, and kept without being sent again.
-"""
+The bytes read from the source are checked while they are written, and a file keeps its name at the
+destination only when they passed (a local file is renamed into place after the check; an S3 object
+that fails is deleted once its upload completed, and was never in a Delta log): their length against
+the source's Delta log, the footer and every page's CRC (`pi_format.lake.page_walk.check_pages`: the
+lake's page shape walked in C-backed code, anything else by `pi_format.lake.check_parquet_file`, the
+machinery `pilake verify` uses), and a sha256 is taken of them at the source (the manifest records
+it). After the writes, the destination's listing must show every file at the source's size; with
+`readback` every written file is also read back and must have the source's sha256 (twice the
+traffic: the page CRCs and the source digest already hold the bytes that were sent). A fault
+re-fetches once; a second fault fails the copy naming the file. The Delta add action's row count and
+statistics come from the source's log (`FileJob.num_rows`, `stats_json`), so a file is parsed once,
+by the check. A file the destination already holds with the source's size (a copy killed after
+writing it, before its manifest entry) is checked in place, by its page CRCs, and kept without being
+sent again."""
 
 from __future__ import annotations
 
