@@ -30,6 +30,8 @@ from pathlib import Path
 import numpy as np
 import pyarrow as pa
 
+from pi_loader.reading._cache_writes import settle, write_soon
+
 FILE_COLUMN = "__file"  # int32: the row's file, an index into the uris of the open
 _FILES_KEY = b"pilake.episodes_files"
 _SUFFIX = ".arrow"
@@ -73,7 +75,9 @@ def episodes_rows(
     parts = [t for t in (kept, fresh) if t is not None]
     rows = parts[0] if len(parts) == 1 else pa.concat_tables([p.select(parts[0].column_names) for p in parts])
     if (kept is None or len(missing) >= REWRITE_AFTER_FILES) and (complete is None or complete()):
-        _write_segment(directory, uris, rows)
+        # large rows in a thread (`_cache_writes`): the open needs them now, only the next open the file
+        listed = list(uris)
+        write_soon(directory, rows.get_total_buffer_size(), lambda: _write_segment(directory, listed, rows))
     return rows
 
 
@@ -82,6 +86,7 @@ def _best_segment(
 ) -> tuple[pa.Table | None, set[int]]:
     """The rows of the segment covering most current files, restricted to those files, with
     FILE_COLUMN renumbered to current indices; and the set of current files it covers."""
+    settle(directory)  # this process's segment still being written
     try:
         paths = sorted(directory.glob(f"*{_SUFFIX}"), key=lambda p: p.stat().st_mtime, reverse=True)
     except OSError:

@@ -41,6 +41,8 @@ from typing import Any
 
 import pyarrow as pa
 
+from pi_loader.reading._cache_writes import settle, write_soon
+
 __all__ = ["OpenCache", "OpenEntry", "open_cache_counts"]
 
 _TABLES = ("episodes", "steps", "video")
@@ -85,13 +87,15 @@ class OpenCache:
 
     def load(self, fingerprint: str, versions: Mapping[str, int]) -> OpenEntry | None:
         """The entry for `fingerprint` at exactly `versions`, or None."""
+        settle(self.directory)
         return self._read(self.directory / f"{self._stem(fingerprint, versions)}.arrow")
 
     def newest(self, fingerprint: str) -> OpenEntry | None:
         """The entry for `fingerprint` at the highest versions this host has, or None."""
+        settle(self.directory)
         try:
             names = os.listdir(self.directory)
-        except FileNotFoundError:
+        except OSError:  # none yet, or not a directory one can list: no entry
             return None
         found: list[tuple[tuple[int, ...], str]] = []
         for name in names:
@@ -107,8 +111,24 @@ class OpenCache:
     def save(
         self, fingerprint: str, versions: Mapping[str, int], rows: pa.Table, checksummed: Sequence[str]
     ) -> None:
-        """Keep `rows` for `fingerprint` at `versions` (best effort: a full disk only logs)."""
+        """Keep `rows` for `fingerprint` at `versions` (best effort: a full disk only logs).
+        Rows of BACKGROUND_BYTES or more are written in a thread (`_cache_writes`): this returns
+        at once and a `load` in this process waits for the write."""
         stem = self._stem(fingerprint, versions)
+        write_soon(
+            self.directory,
+            rows.get_total_buffer_size(),
+            lambda: self._save(stem, fingerprint, versions, rows, checksummed),
+        )
+
+    def _save(
+        self,
+        stem: str,
+        fingerprint: str,
+        versions: Mapping[str, int],
+        rows: pa.Table,
+        checksummed: Sequence[str],
+    ) -> None:
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
 

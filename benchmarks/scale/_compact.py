@@ -1,0 +1,131 @@
+"""Compaction of a grown scale lake, as production runs it, in windows that each commit.
+
+    nice -n 19 python -m benchmarks.scale._compact --lake /work/scale1m/run/home/lake \
+        --window-groups 280 >> /work/scale1m/compact.log 2>&1 &
+
+Production compacts with `pilake compact` every hour (deploy/k8s/maintenance.yaml: `pilake
+compact && pilake gc --retention-hours 24`), so a streaming lake never holds more than an hour
+of small files. A lake grown without it (the million run before this module: 5,025 episodes
+files of 200 episodes) holds them all; one `pilake compact` over it is a single rewrite of every
+steps, video and episodes file that commits once at its end (all or nothing, hours on this
+machine). `compact_windows` runs the same plan (`choose_groups`, `CompactConfig` defaults) and
+the same rewrite (`rewrite_groups`) over consecutive windows of the small file groups in episode
+order, each window one commit of its adds and removes, under the lake's maintenance lock: what
+the hourly runs would have done, resumable (a stopped run leaves whole windows committed; the
+next run plans from what is still small). The growth loop calls `compaction.compact` itself
+every `--compact-every` group commits (million.py).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+
+def compact_windows(
+    lake: Path,
+    window_groups: int,
+    *,
+    max_windows: int | None = None,
+    say: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Merge the lake's small file groups (CompactConfig defaults) `window_groups` at a time,
+    one commit per window; returns the figures (files before and after, windows, seconds).
+
+    Example:
+        >>> compact_windows(Path("/data/lake"), 280)["files_after"]["episodes"]
+    """
+    import pyarrow.compute as pc
+    from pi_format import LakeLayout
+    from pi_format.lake.file_groups import read_lake_files
+    from pi_format.lake.rewrite import rewrite_groups
+    from pi_jobs.maintenance._lock import maintenance_lock
+    from pi_jobs.maintenance.compaction import CompactConfig, _file_counts, choose_groups
+
+    if window_groups < 2:
+        raise ValueError(
+            f"window_groups must be >= 2 (one group merged alone gains nothing), got {window_groups}"
+        )
+    config = CompactConfig()
+    layout = LakeLayout(str(lake))
+    names = ("steps", "video", "episodes")
+    started = time.monotonic()
+    out: dict[str, Any] = {"files_before": _file_counts(layout, names), "windows": []}
+    with maintenance_lock(layout, "compact"):
+        planned = time.monotonic()
+        files = read_lake_files(layout)
+        no_locator = pc.and_(
+            pc.is_null(files.markers.column("steps_file")), pc.greater(files.markers.column("step_count"), 0)
+        )
+        legacy = (
+            set(files.markers.filter(no_locator).column("file").to_pylist())
+            if files.markers.num_rows
+            else set()
+        )
+        chosen = choose_groups(files.groups, legacy, config)
+        # episode order: each output file then holds a contiguous id range (as hourly runs would)
+        first_id: dict[str, str] = {}
+        for path, episode in zip(
+            files.markers.column("file").to_pylist(),
+            files.markers.column("episode_id").to_pylist(),
+            strict=True,
+        ):
+            if path not in first_id or episode < first_id[path]:
+                first_id[path] = episode
+        chosen.sort(key=lambda g: min(first_id.get(p, "") for p in g.episodes_files))
+        out["plan_s"] = round(time.monotonic() - planned, 1)
+        out["small_groups"] = len(chosen)
+        say(f"compact: {len(files.groups)} file groups, {len(chosen)} small; planned in {out['plan_s']} s")
+        windows = [chosen[i : i + window_groups] for i in range(0, len(chosen), window_groups)]
+        if max_windows is not None:
+            windows = windows[:max_windows]
+        for n, window in enumerate(windows, 1):
+            if len(window) < 2:
+                break
+            t = time.monotonic()
+            result = rewrite_groups(
+                layout, window, target_file_bytes=config.target_file_bytes, writer_id="compact"
+            )
+            took = round(time.monotonic() - t, 1)
+            out["windows"].append(
+                {
+                    "groups": len(window),
+                    "s": took,
+                    "added": dict(result.files_added),
+                    "removed": dict(result.files_removed),
+                }
+            )
+            say(
+                f"compact: window {n}/{len(windows)}: {len(window)} groups -> {dict(result.files_added)} "
+                f"in {took} s ({time.monotonic() - started:.0f} s in all)"
+            )
+    out["files_after"] = _file_counts(layout, names)
+    out["s"] = round(time.monotonic() - started, 1)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--lake", type=Path, required=True)
+    parser.add_argument("--window-groups", type=int, default=280, help="small file groups per commit")
+    parser.add_argument("--max-windows", type=int, default=None, help="stop after this many windows")
+    parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    args = parser.parse_args(argv)
+    figures = compact_windows(
+        args.lake, args.window_groups, max_windows=args.max_windows, say=lambda s: print(s, flush=True)
+    )
+    print(json.dumps({k: v for k, v in figures.items() if k != "windows"}), flush=True)
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
