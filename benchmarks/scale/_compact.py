@@ -32,10 +32,14 @@ def compact_windows(
     window_groups: int,
     *,
     max_windows: int | None = None,
+    stop_file: Path | None = None,
+    record: Callable[[dict[str, Any]], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Merge the lake's small file groups (CompactConfig defaults) `window_groups` at a time,
     one commit per window; returns the figures (files before and after, windows, seconds).
+    With `stop_file`, stops before the next window once that file exists (whole windows kept);
+    `record(figures)` is called after every window (figures so far).
 
     Example:
         >>> compact_windows(Path("/data/lake"), 280)["files_after"]["episodes"]
@@ -87,6 +91,10 @@ def compact_windows(
         for n, window in enumerate(windows, 1):
             if len(window) < 2:
                 break
+            if stop_file is not None and stop_file.exists():
+                out["stopped"] = f"{stop_file} found before window {n} of {len(windows)}"
+                say(f"compact: {out['stopped']}")
+                break
             t = time.monotonic()
             result = rewrite_groups(
                 layout, window, target_file_bytes=config.target_file_bytes, writer_id="compact"
@@ -100,6 +108,8 @@ def compact_windows(
                     "removed": dict(result.files_removed),
                 }
             )
+            if record is not None:
+                record(out)
             say(
                 f"compact: window {n}/{len(windows)}: {len(window)} groups -> {dict(result.files_added)} "
                 f"in {took} s ({time.monotonic() - started:.0f} s in all)"
@@ -117,9 +127,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-groups", type=int, default=280, help="small file groups per commit")
     parser.add_argument("--max-windows", type=int, default=None, help="stop after this many windows")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument("--stop-file", type=Path, default=None, help="stop between windows once it exists")
     args = parser.parse_args(argv)
     figures = compact_windows(
-        args.lake, args.window_groups, max_windows=args.max_windows, say=lambda s: print(s, flush=True)
+        args.lake,
+        args.window_groups,
+        max_windows=args.max_windows,
+        stop_file=args.stop_file,
+        record=None if args.json is None else lambda f: args.json.write_text(json.dumps(f, indent=2)),
+        say=lambda s: print(s, flush=True),
     )
     print(json.dumps({k: v for k, v in figures.items() if k != "windows"}), flush=True)
     if args.json is not None:

@@ -51,6 +51,16 @@ class GrowConfig:
     robots: int = 64
     query_repeats: int = 7
     seed: int = 11
+    # `pilake compact` (pi_jobs.maintenance.compaction.compact, production's defaults) after
+    # every this many group commits, as the hourly CronJob compacts a streaming lake
+    # (deploy/k8s/maintenance.yaml); 0: never (the runs before issue 33's million lake)
+    compact_every: int = 0
+
+    def __post_init__(self) -> None:
+        if self.compact_every < 0:
+            raise ValueError(
+                f"compact_every is a count of group commits (0: never), got {self.compact_every}"
+            )
 
     @property
     def steps_per_episode(self) -> int:
@@ -227,6 +237,7 @@ def grow(
     count, building_s, last_log = start, 0.0, 0.0
     target = max(config.sizes)
     stopped: str | None = None
+    groups, compactions = 0, []  # compactions: (seconds, episodes files after) of each run
     for size in sorted(config.sizes):
         resumed = time.monotonic()
         while count < size and stopped is None:
@@ -256,6 +267,9 @@ def grow(
                     f"ETA {(target - count) / rate:.0f} s)",
                     flush=True,
                 )
+            groups += 1
+            if config.compact_every and groups % config.compact_every == 0:
+                compactions.append(compact_now(lake))
             stopped = stop(count) if stop is not None else None
         building_s += time.monotonic() - resumed
         if count == start:  # stopped before any group: nothing new to measure
@@ -276,6 +290,14 @@ def grow(
                 "catalog_record_ms": _percentiles([c for _, _, _, c in timed]),
                 "group_commit_ms_series": [round(t) for t, _, _, _ in timed],
             },
+            # the compactions on the way (their time is in build_s, not in the commit window)
+            "compaction": {
+                "every_groups": config.compact_every,
+                "runs": len(compactions),
+                "s_total": round(sum(c[0] for c in compactions), 1),
+                "last_s": round(compactions[-1][0], 1) if compactions else None,
+                "episodes_files_after_last": compactions[-1][1] if compactions else None,
+            },
             "delta_log": delta_log_sizes(lake),
             "catalog_queries": catalog_queries(catalog, config.query_repeats),
         }
@@ -284,6 +306,16 @@ def grow(
             yield count, figures
             return
         yield size, figures
+
+
+def compact_now(lake: Path) -> tuple[float, int]:
+    """One `pilake compact` run on the lake (production's defaults); (seconds, episodes files after)."""
+    from pi_format import LakeLayout
+    from pi_jobs.maintenance.compaction import compact
+
+    t0 = time.perf_counter()
+    report = compact(LakeLayout(str(lake)))
+    return time.perf_counter() - t0, int(report.files_after.get("episodes", 0))
 
 
 def config_dict(config: GrowConfig) -> dict[str, Any]:

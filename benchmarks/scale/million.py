@@ -214,6 +214,13 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--duration-s", type=float, default=1.0, help="the template episode's length")
     parser.add_argument("--size-px", type=int, default=16, help="the template episode's frame size")
     parser.add_argument("--copy-episodes", type=int, default=100_000, help="episodes of the pin copied")
+    parser.add_argument(
+        "--compact-every",
+        type=int,
+        default=25,
+        help="run `pilake compact` (production's defaults) after every this many group commits, as the "
+        "hourly maintenance CronJob keeps a streaming lake compacted; 0: never",
+    )
     parser.add_argument("--grow-until", type=float, default=None, help="unix time: stop growing after it")
     parser.add_argument("--min-free-gb", type=float, default=8.0, help="stop growing below this disk space")
     parser.add_argument("--commit-groups", type=int, default=25, help="--measure-only: group commits timed")
@@ -303,7 +310,11 @@ def main() -> int:
     t0 = time.monotonic()
     lake, catalog = args.home / "lake", args.home / "catalog"
     config = _grow.GrowConfig(
-        sizes=tuple(sizes), group_size=args.group_size, duration_s=args.duration_s, size_px=args.size_px
+        sizes=tuple(sizes),
+        group_size=args.group_size,
+        duration_s=args.duration_s,
+        size_px=args.size_px,
+        compact_every=args.compact_every,
     )
     host = machine()
     print(f"machine: {describe(host)}; lake {lake}, groups of {args.group_size}", flush=True)

@@ -29,6 +29,8 @@ def run(tmp_path_factory: pytest.TempPathFactory) -> tuple[dict[str, Any], Path,
     env = {**os.environ, "PYTHONPATH": str(ROOT), "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
     command = [sys.executable, "-m", "benchmarks.scale.million", "--home", str(tmp / "run" / "home")]
     command += ["--out", str(tmp / "out"), "--sizes", "20,40,60", "--probe-sizes", "", "--group-size", "10"]
+    # compacted as production would: `pilake compact` after every 2 group commits
+    command += ["--compact-every", "2"]
     # already passed: the growth stops at its first size and the lake of 20 is measured
     command += ["--grow-until", str(time.time() - 1), "--copy-episodes", "10", "--probe-batches", "2"]
     # a lock of its own: the machine's heavy lock may be held by a long run
@@ -60,6 +62,15 @@ def test_the_operator_commands_run_on_the_grown_lake(run: tuple[dict[str, Any], 
     top = results["sizes"][-1]
     assert top["probe"]["open_s"] > 0 and top["probe"]["cold_host"]["open_s"] > 0
     assert results["million"]["open_cold_s"] == top["probe"]["cold_host"]["open_s"]
+
+
+def test_the_growth_compacts_as_production_does(run: tuple[dict[str, Any], Path, str]) -> None:
+    results, _, _ = run
+    compaction = results["sizes"][0]["compaction"]
+    assert compaction["every_groups"] == 2 and compaction["runs"] == 1 and compaction["s_total"] > 0
+    # the two group commits' files merged into one per table (then the measured commits added theirs)
+    assert compaction["episodes_files_after_last"] == 1
+    assert results["config"]["grow"]["compact_every"] == 2
 
 
 def test_the_json_keeps_what_the_docs_render(run: tuple[dict[str, Any], Path, str], tmp_path: Path) -> None:
@@ -148,7 +159,8 @@ def test_a_killed_growth_resumes_with_exactly_its_episodes(run: tuple[dict[str, 
     # 2. SIGKILL mid-growth, with the catalog missing the last group as a kill between the two
     #    commits leaves it: the resume records those rows again and grows on
     grow = subprocess.Popen([*_resume(tmp), "--sizes", "100000"], cwd=ROOT, env=env, text=True)
-    _wait_for_commits(home, 3, grow)
+    # 5 episodes commits: at least 4 group commits (a compaction after every 2 commits one too)
+    _wait_for_commits(home, 5, grow)
     grow.kill()
     grow.wait(timeout=60)
     killed_at = len(_episode_ids(home))
