@@ -38,7 +38,7 @@ def _files(lake: Path, table: str) -> int:
 
 def _samples(lake: Path) -> tuple[list[str], list[np.ndarray]]:
     ds = pi_loader.Dataset(str(lake), seed=3, action_horizon=2)
-    return list(ds.episode_ids), [ds[i]["observation.state"] for i in range(0, len(ds), 7)]
+    return list(ds.episode_ids), [np.asarray(ds[i]["observation.state"]) for i in range(0, len(ds), 7)]
 
 
 def test_windows_commit_one_by_one_and_the_loader_reads_the_same(tmp_path: Path) -> None:
