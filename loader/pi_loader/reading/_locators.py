@@ -125,13 +125,13 @@ def _camera_columns(rows: pa.Table, cameras: Sequence[str]) -> np.ndarray:
     """int32 [E, len(cameras)]: where each of `cameras` sits in each episode's own camera list
     (vectorized: one pass over the flattened lists per camera, not a Python loop per episode)."""
     column = rows.column("cameras").combine_chunks()
-    names = pc.list_flatten(column).to_numpy(zero_copy_only=False)
+    names = pc.list_flatten(column)  # compared in Arrow: no Python str per camera entry
     parents = pc.list_parent_indices(column).to_numpy(zero_copy_only=False)
     bounds = column.offsets.to_numpy().astype(np.int64)
     offsets = bounds[:-1] - bounds[0]  # a sliced array's offsets do not start at 0
     out = np.full((rows.num_rows, len(cameras)), -1, np.int32)
     for c, camera in enumerate(cameras):
-        hits = np.flatnonzero(names == camera)
+        hits = np.flatnonzero(pc.equal(names, camera).to_numpy(zero_copy_only=False))
         out[parents[hits], c] = hits - offsets[parents[hits]]
     if (out < 0).any():  # choose_cameras checked this; a guard against a malformed row
         e = int(np.argwhere(out < 0)[0][0])

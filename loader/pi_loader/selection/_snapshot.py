@@ -51,8 +51,9 @@ class Snapshot:
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "table_versions", {str(k): int(v) for k, v in self.table_versions.items()})
-        object.__setattr__(self, "episode_ids", tuple(str(e) for e in self.episode_ids))
-        object.__setattr__(self, "attempt_ids", tuple(str(a) for a in self.attempt_ids))
+        # map(str, ...): ~3x the generator's speed (a million ids at every open of a large lake)
+        object.__setattr__(self, "episode_ids", tuple(map(str, self.episode_ids)))
+        object.__setattr__(self, "attempt_ids", tuple(map(str, self.attempt_ids)))
         if len(self.episode_ids) != len(self.attempt_ids):
             raise SnapshotError(
                 f"a snapshot needs one attempt_id per episode_id, got {len(self.episode_ids)} episodes "

@@ -73,3 +73,25 @@ def test_pooled_stats_refuse_vectors_of_different_lengths() -> None:
     )
     with pytest.raises(PiLoaderError, match=r"differ in length.*\[1, 2\]"):
         pooled_stats(table, "action")
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_camera_columns_find_each_camera_in_each_episodes_own_list(seed: int) -> None:
+    from pi_loader.reading._locators import _camera_columns
+
+    rng = random.Random(seed)
+    cameras = ["cam_high", "cam_left_wrist", "cam_right_wrist", "extra"]
+    lists = [rng.sample(cameras, k=len(cameras)) for _ in range(300)]
+    rows = pa.table({"episode_id": [f"e{i}" for i in range(300)], "cameras": lists})
+    rows = pa.concat_tables([rows.slice(0, 100), rows.slice(100)]).slice(7)  # chunked, offsets not at 0
+    wanted = cameras[:3]
+    got = _camera_columns(rows, wanted)
+    assert got.tolist() == [[own.index(c) for c in wanted] for own in lists[7:]]
+
+
+def test_camera_columns_name_an_episode_lacking_a_camera() -> None:
+    from pi_loader.reading._locators import _camera_columns
+
+    rows = pa.table({"episode_id": ["e0", "e1"], "cameras": [["a", "b"], ["b"]]})
+    with pytest.raises(PiLoaderError, match=r"episode e1 lacks one of the cameras \('a', 'b'\)"):
+        _camera_columns(rows, ("a", "b"))
