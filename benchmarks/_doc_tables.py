@@ -14,6 +14,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from benchmarks._doc_million import cold_open, million_notes
 from benchmarks._figures import text_of
 from benchmarks.copy._table import copy_table
 from benchmarks.loader._doc_block import loader_cpu
@@ -238,6 +239,7 @@ def _million(doc: dict[str, Any]) -> str:
     lock = m.get("lock") or {}
     if lock and not lock.get("held"):
         lines.append(f" Measured without the machine's heavy lock (busy after {lock['waited_s']:.0f} s).")
+    lines.append(million_notes(m))
     extrapolated = m.get("extrapolated_build_to_1m_s")
     if extrapolated:
         lines.append(f" Growth to 1,000,000: {extrapolated['value']:,} s ({extrapolated['how']}).")
@@ -715,6 +717,7 @@ BLOCKS: dict[str, Callable[[Path], str]] = {
     "attack": attack,
     "backfill_raw": backfill_raw,
     "baselines": baselines,
+    "cold_open": cold_open,
     "compaction": compaction,
     "copy": copy_table,
     "gpu_host": gpu_host,
