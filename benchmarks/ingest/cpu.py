@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks._figures import MIN_REPEATS, interleaved, judge, ratio, spread
+from benchmarks.ingest import _proc_cpu
 from benchmarks.ingest.run import stop_stream_job
 
 HERE = Path(__file__).resolve().parent
@@ -136,6 +137,7 @@ def ingest_leg(
     py_spy: str | None = None,
     parallelism: int = 1,
     mode: str = "process",
+    idle_s: float = 5.0,
 ) -> dict[str, Any]:
     """The stream job on a fresh broker: CPU of its process tree (and of the broker) from the
     first send of `count` episodes to their last ack. With `py_spy` (the path of a py-spy
@@ -182,6 +184,11 @@ def ingest_leg(
                         f"the warm-up episode was not acknowledged (stream job exit code "
                         f"{job.poll()}; its Flink logs are under {home})"
                     )
+            # an idle window first: what the job spends per second with nothing to do
+            # (timers, checkpoints, polls, the JIT finishing the warm-up's compiles)
+            idle_before = _proc_cpu.snapshot(job.pid)
+            time.sleep(idle_s)
+            idle = _proc_cpu.difference(idle_before, _proc_cpu.snapshot(job.pid))
             for episode in burst:
                 uploader.submit(episode)
             spies = [
@@ -205,11 +212,13 @@ def ingest_leg(
                 for pid in (_python_workers(job.pid) if py_spy else [])
             ]
             job_before, broker_before = _tree_cpu_s(job.pid), _tree_cpu_s(broker.pid or -1)
+            split_before = _proc_cpu.snapshot(job.pid)
             wall = time.monotonic()
             uploader.send_pending()
             report = uploader.run_until_confirmed(timeout_s=900)
             wall = time.monotonic() - wall
             job_after, broker_after = _tree_cpu_s(job.pid), _tree_cpu_s(broker.pid or -1)
+            split = _proc_cpu.difference(split_before, _proc_cpu.snapshot(job.pid))
             for spy in spies:
                 spy.send_signal(signal.SIGINT)  # py-spy writes its output on SIGINT
                 spy.wait(60)
@@ -220,7 +229,17 @@ def ingest_leg(
                 raise RuntimeError(f"{len(report.pending)} episodes were not acknowledged in 900 s")
     finally:
         stop_stream_job(job, settings)
-    return {"cpu_s": job_cpu, "cpu_s_by_process": by_kind, "broker_cpu_s": broker_cpu, "wall_s": wall}
+    return {
+        "cpu_s": job_cpu,
+        "cpu_s_by_process": by_kind,
+        "cpu_s_by_role": split["roles"],
+        "jvm_cpu_s_by_thread": {k: v for k, v in split["jvm_threads"].items() if abs(v) >= 0.005},
+        "broker_cpu_s": broker_cpu,
+        "wall_s": wall,
+        "idle_s": idle_s,
+        "idle_cpu_s_by_role": idle["roles"],
+        "idle_jvm_cpu_s_by_thread": {k: v for k, v in idle["jvm_threads"].items() if abs(v) >= 0.005},
+    }
 
 
 def _run_leg(leg: str, args: argparse.Namespace, seed: int, repeat: int) -> dict[str, Any]:

@@ -62,3 +62,33 @@ def test_sink_split_times_each_stage_and_the_transcode(tmp_path: Path) -> None:
     assert stages["verify_decode"]["median"] > 0
     assert stages["featurize"]["median"] > stages["verify_decode"]["median"]
     assert stages["transcode_alone"]["median"] > 0
+
+
+PROC_CPU_PROBE = """
+import json, os, subprocess, sys
+from benchmarks.ingest import _proc_cpu
+busy = (
+    "import time\\nt = time.process_time()\\nwhile time.process_time() - t < 0.4: pass\\n"
+    "print(1, flush=True)\\ntime.sleep(60)"
+)
+before = _proc_cpu.snapshot(os.getpid())
+child = subprocess.Popen([sys.executable, "-c", busy], stdout=subprocess.PIPE, text=True)
+child.stdout.readline()  # its 0.4 CPU seconds are spent
+after = _proc_cpu.snapshot(os.getpid())
+child.kill()
+print(json.dumps(_proc_cpu.difference(before, after)))
+"""
+
+
+def test_proc_cpu_splits_a_process_tree_by_role() -> None:
+    # the probe's own process is the root ("cli"); its busy child, started between the two
+    # snapshots, counts from zero under its role; nothing outside the tree (this test) counts
+    done = subprocess.run(
+        [sys.executable, "-c", PROC_CPU_PROBE], cwd=ROOT, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    split = json.loads(done.stdout.strip().splitlines()[-1])
+    roles = split["roles"]
+    assert set(roles) == {"cli", "python_other"}, roles
+    assert roles["python_other"] >= 0.35  # the child's 0.4 s busy loop (clock ticks: 10 ms)
+    assert split["jvm_threads"] == {"threads_exited": 0}
