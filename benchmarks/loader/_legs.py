@@ -111,6 +111,12 @@ def _check(batch: dict[str, Any]) -> dict[str, Any]:
     return {k: shape_of(batch[k]) for k in keys}
 
 
+def _depth_reader(loader: Any) -> Any:
+    """The native Loader's in-flight depth (LoaderStats.in_flight_depth); None for a torch one."""
+    stats = getattr(loader, "stats", None)
+    return None if stats is None else (lambda: stats().in_flight_depth)
+
+
 def leg_pi_loader(args: argparse.Namespace) -> dict[str, Any]:
     if args.api.startswith(
         "torch"
@@ -118,6 +124,8 @@ def leg_pi_loader(args: argparse.Namespace) -> dict[str, Any]:
         import torch
 
         torch.set_num_threads(1)
+    if args.heap_trim is not None:  # before the open, which starts the workers' forkserver
+        os.environ["PILAKE_LOADER_HEAP_TRIM"] = args.heap_trim
     if args.api == "torch":
         # A torch DataLoader forks its own workers: the Loader's forkserver, which a Dataset
         # warms as it opens, is never used on this path, and its one-off imports (~1-2 s of CPU
@@ -145,6 +153,7 @@ def leg_pi_loader(args: argparse.Namespace) -> dict[str, Any]:
         warmup_batches=args.warmup_batches,
         measure_s=args.measure_s,
         check=_check,
+        in_flight_depth=_depth_reader(loader),
     )
     result["dataset_samples"] = samples
     result["api"] = api
@@ -294,6 +303,9 @@ def main() -> None:
     parser.add_argument("--lean", action="store_true", help="pi_loader: small caches, one batch in flight")
     parser.add_argument(
         "--block-size", type=int, default=None, help="pi_loader: block shuffle (native Loader)"
+    )
+    parser.add_argument(
+        "--heap-trim", default=None, help="pi_loader: PILAKE_LOADER_HEAP_TRIM for its workers ('off', or MB)"
     )
     parser.add_argument("--workers", type=int, required=True)
     parser.add_argument("--batch-size", type=int, default=32)

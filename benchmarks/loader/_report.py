@@ -22,6 +22,7 @@ LOADERS = (
     "pi_loader_block",
     "pi_loader_torch",
     "pi_loader_torch_batches",
+    "pi_loader_trim_off",
     "lerobot",
     "mosaic",
 )
@@ -34,6 +35,7 @@ LABELS = {
     "pi_loader_block": "pi_loader, block shuffle of 10",
     "pi_loader_torch": "pi_loader in torch DataLoader",
     "pi_loader_torch_batches": "pi_loader Loader in torch DataLoader",
+    "pi_loader_trim_off": "pi_loader, workers' heap trim off",
     "lerobot": "LeRobotDataset v3",
     "mosaic": "Mosaic streaming",
 }
@@ -45,7 +47,7 @@ TARGET_TTFB_S = 5.0
 # DataLoader (either way of putting pi_loader in one: the Dataset, or the Loader's batches)
 TARGET_CPU_VS_RAW = 1.15
 TARGET_TORCH_CPU_VS_RAW = 1.3
-CPU_LEGS = ("pi_loader", "pi_loader_torch", "pi_loader_torch_batches")
+CPU_LEGS = ("pi_loader", "pi_loader_torch", "pi_loader_torch_batches", "pi_loader_trim_off")
 
 
 def tree_bytes(root: Path) -> int:
@@ -126,7 +128,8 @@ def cpu_targets(legs: list[dict[str, Any]]) -> dict[str, Any]:
             if paired is None:
                 continue
             ratios.setdefault(str(w), {})[name] = paired
-            threshold = TARGET_CPU_VS_RAW if name == "pi_loader" else TARGET_TORCH_CPU_VS_RAW
+            native = name in ("pi_loader", "pi_loader_trim_off")
+            threshold = TARGET_CPU_VS_RAW if native else TARGET_TORCH_CPU_VS_RAW
             judged = judge(spread_of_json(paired), threshold, higher_is_better=False)
             detail.setdefault(f"{name} CPU/sample <= {threshold}x raw decode", []).append(
                 {"workers": w, **judged}

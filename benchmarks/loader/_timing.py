@@ -49,8 +49,16 @@ def measure(
     warmup_batches: int,
     measure_s: float,
     check: Callable[[Any], dict[str, Any]] | None = None,
+    in_flight_depth: Callable[[], int] | None = None,
 ) -> dict[str, Any]:
     """Time one loader: first batch, then steady-state samples/s over `measure_s` seconds.
+
+    `in_flight_depth` (optional) reads how many batches the loader keeps in flight; it is
+    recorded at the window's start and end. The window's CPU includes the work on the batches in
+    flight when it closes and leaves out the work on those in flight when it opened: equal only
+    when the depth is the same at both ends, so warm up past the depth's growth (pi_loader grows
+    it while its consumer waits: 4 -> 8 batches at 2 workers, a few per-cent of a short window's
+    CPU when it grows inside it; benchmarks/loader/PROFILE.md, fourth pass).
 
     Example:
         >>> result = measure(lambda: loader, batch_len=lambda b: len(b["action"]),
@@ -63,6 +71,7 @@ def measure(
     seen = batch_len(first)
     for _ in range(max(warmup_batches - 1, 0)):
         seen += batch_len(next(it))
+    depth_start = in_flight_depth() if in_flight_depth is not None else None
     cpu_start = tree_cpu_s()
     start = time.monotonic()
     samples = 0
@@ -77,6 +86,7 @@ def measure(
         samples += batch_len(batch)
     elapsed = time.monotonic() - start
     cpu_end = tree_cpu_s()
+    depth_end = in_flight_depth() if in_flight_depth is not None else None
     cpu_ms = None
     if cpu_start is not None and cpu_end is not None and samples:
         cpu_ms = (cpu_end - cpu_start) * 1e3 / samples
@@ -86,6 +96,8 @@ def measure(
         "measured_samples": samples,
         "measured_s": elapsed,
         "epochs_started_while_measuring": epochs_started,
+        "in_flight_depth_at_start": depth_start,
+        "in_flight_depth_at_end": depth_end,
         "warmup_samples": seen,
         "first_batch_from_spawn_s": first_at - spawned_at,
         "first_batch_from_open_s": first_at - opened_at,

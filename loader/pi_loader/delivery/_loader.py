@@ -100,6 +100,11 @@ class LoaderStats:
     # object-store reads tried again after a transient error, and reads that hit the deadline
     storage_retries: int = 0
     storage_giveups: int = 0
+    # freed heap given back to the OS by the workers (glibc malloc_trim, pi_loader.delivery._heap):
+    # trims made, the CPU they took (us), and the anonymous memory they returned (bytes)
+    heap_trims: int = 0
+    heap_trim_cpu_us: int = 0
+    heap_trim_returned_bytes: int = 0
     # seconds the consumer spent blocked in `next()` waiting for a batch (the wait in progress
     # included): its rate over wall time is the fraction of time the trainer was starved
     wait_seconds: float = 0.0
@@ -457,6 +462,9 @@ class Loader:
             in_flight_limit=self._in_flight.maximum if self._num_workers else 0,
             idle_workers=self._in_flight.idle_workers if self._num_workers else 0,
             corrupt_skipped=reads.get("corrupt_skipped", 0),
+            heap_trims=reads.get("heap_trims", 0),
+            heap_trim_cpu_us=reads.get("heap_trim_cpu_us", 0),
+            heap_trim_returned_bytes=reads.get("heap_trim_returned_bytes", 0),
             wait_seconds=self._wait_seconds(),
         )
 

@@ -22,6 +22,7 @@ import numpy as np
 
 from pi_loader._errors import PiLoaderError, WorkerError
 from pi_loader._processes import context
+from pi_loader.delivery._heap import HeapTrimmer, TrimPolicy
 from pi_loader.delivery._in_flight import InFlightPlan
 from pi_loader.delivery._shared_batches import ArrayPlacement, SlotPool, SlotTicket, SlotWriter, aligned_bytes
 from pi_loader.delivery._shared_dataset import SharedDatasetImage, SharedDatasetRef
@@ -75,7 +76,11 @@ BatchBuilder = Callable[[Any, np.ndarray], dict[str, Any]]
 
 
 def _worker_main(
-    shared: SharedDatasetRef, tasks: Any, results: Any, build: BatchBuilder | None = None
+    shared: SharedDatasetRef,
+    tasks: Any,
+    results: Any,
+    build: BatchBuilder | None = None,
+    trim: TrimPolicy | None = None,
 ) -> None:
     # Runs in a worker process: build batches until told to stop (None).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
@@ -86,6 +91,10 @@ def _worker_main(
     creator = multiprocessing.parent_process()
     parent = os.getppid()
     writer = SlotWriter()
+    # glibc keeps the heap freed after reading a new file: given back between batches
+    # (pi_loader.delivery._heap); a trim after batch n is counted in batch n+1's counters
+    trimmer = HeapTrimmer(trim if trim is not None else TrimPolicy())
+    trims_sent = trimmer.counters()
     while True:
         try:
             task = tasks.get(timeout=_POLL_S)
@@ -101,15 +110,19 @@ def _worker_main(
             results.cancel_join_thread()
             return
         generation, batch_number, indices, ticket = task
-        before = read_counters(dataset)
+        before = {**read_counters(dataset), **trims_sent}
         try:
             if build is None:
                 built = _build(dataset, indices, ticket, writer)
             else:
                 made = build(dataset, indices)
                 built = (made, {}, list(made))
-            counters = counter_deltas(before, read_counters(dataset))
+            trims_now = trimmer.counters()
+            counters = counter_deltas(before, {**read_counters(dataset), **trims_now})
+            trims_sent = trims_now
             results.put((generation, batch_number, built, counters, None))
+            del built
+            trimmer.after_batch()
         except BaseException as err:  # sent to the main process, which raises it
             try:
                 results.put((generation, batch_number, None, {}, err))
@@ -189,10 +202,12 @@ class WorkerPool:
         self._tasks = ctx.Queue()
         # the Dataset's large arrays travel once, through a file every worker maps
         self._image = SharedDatasetImage(self._dataset)
+        # read here, not in the worker: a forkserver started earlier keeps the environment it had
+        trim = TrimPolicy.from_env()
         for w in range(self._num_workers):
             proc = ctx.Process(
                 target=_worker_main,
-                args=(self._image.ref, self._tasks, self._results, self._build),
+                args=(self._image.ref, self._tasks, self._results, self._build, trim),
                 name=f"pi_loader-worker-{w}",
                 daemon=True,
             )

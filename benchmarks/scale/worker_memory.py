@@ -1,0 +1,212 @@
+"""Loader worker memory, small lake vs big lake, with the workers' heap trim on and off
+(issue 33 item 3: worker memory within +-10% of the 1,000-episode lake's).
+
+    nice -n 19 python -m benchmarks.scale.worker_memory --small /tmp/b_lake1k/lake \
+        --big /work/scale1m/run/home/lake --repeats 3 --out benchmarks/baselines/worker_memory.json
+
+Each leg is a fresh process on a warm host (the lake's per-host indexes built once, untimed,
+before the legs): it opens `pi_loader.Dataset`, takes `--batches` shuffled batches through a
+`pi_loader.Loader` with `--workers` workers and the scale probe's cache settings
+(benchmarks/scale/_probe.py: chunk cache 64, episode cache 32, default footer and steps caches),
+then reads each worker's memory: VmHWM (peak RSS: the figure `scale.json` judges), RssAnon
+(private heap), RssShmem (pages of the shared Dataset image and batch slots it has touched:
+shared with every other worker and the main process, counted once per host), USS and PSS
+(psutil, smaps_rollup). `PILAKE_LOADER_HEAP_TRIM` is "off" or unset (the default budget) per
+leg (pi_loader.delivery._heap), and the loader's own count of trims, their CPU and the bytes
+they returned are recorded. Legs alternate (small/big x off/on) inside each repeat, so load
+drifts hit all alike. Ratios big/small are taken repeat by repeat, per trim setting.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+PREFIX = "WORKER_MEMORY_RESULT "
+FIELDS = ("hwm_mb", "rss_anon_mb", "rss_shmem_mb", "uss_mb", "pss_mb")
+
+
+def _status_mb(pid: int, field: str) -> float:
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            if line.startswith(field + ":"):
+                return int(line.split()[1]) / 1024
+    return float("nan")
+
+
+def _leg(args: argparse.Namespace) -> dict[str, Any]:
+    import pi_loader
+    import psutil  # type: ignore[import-untyped]
+
+    from benchmarks.scale._probe import worker_pids
+
+    ds = pi_loader.Dataset(
+        args.lake, seed=0, action_horizon=10, chunk_cache_size=args.chunk_cache, episode_cache_size=32
+    )
+    loader = pi_loader.Loader(
+        ds, batch_size=args.batch_size, shard=pi_loader.ShardSpec(index=0, count=1), num_workers=args.workers
+    )
+    cpu0 = psutil.Process().cpu_times()
+    it = iter(loader)
+    for _ in range(args.batches):
+        next(it)
+    workers = []
+    for pid in worker_pids():
+        info = psutil.Process(pid).memory_full_info()
+        workers.append(
+            {
+                "hwm_mb": round(_status_mb(pid, "VmHWM"), 1),
+                "rss_anon_mb": round(_status_mb(pid, "RssAnon"), 1),
+                "rss_shmem_mb": round(_status_mb(pid, "RssShmem"), 1),
+                "uss_mb": round(info.uss / 2**20, 1),
+                "pss_mb": round(info.pss / 2**20, 1),
+                "cpu_s": round(sum(psutil.Process(pid).cpu_times()[:2]), 2),
+            }
+        )
+    stats = loader.stats()
+    loader.close()
+    del cpu0
+    return {
+        "episodes": len(ds.episode_ids),
+        "samples": stats.samples,
+        "workers": workers,
+        "heap_trims": stats.heap_trims,
+        "heap_trim_cpu_ms": round(stats.heap_trim_cpu_us / 1000, 2),
+        "heap_trim_returned_mb": round(stats.heap_trim_returned_bytes / 2**20, 1),
+    }
+
+
+def run_leg(lake: str, trim: str, host: Path, args: argparse.Namespace) -> dict[str, Any]:
+    cmd = [sys.executable, "-m", "benchmarks.scale.worker_memory", "--leg", "--lake", lake]
+    cmd += ["--workers", str(args.workers), "--batches", str(args.batches)]
+    cmd += ["--batch-size", str(args.batch_size), "--chunk-cache", str(args.chunk_cache)]
+    env = {**os.environ, "TMPDIR": str(host), "OPENBLAS_NUM_THREADS": "1"}
+    env.pop("PILAKE_LOADER_HEAP_TRIM", None)
+    if trim == "off":
+        env["PILAKE_LOADER_HEAP_TRIM"] = "off"
+    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
+    for line in done.stdout.splitlines():
+        if line.startswith(PREFIX):
+            return dict(json.loads(line[len(PREFIX) :]))
+    raise RuntimeError(f"leg on {lake} (trim {trim}) failed ({done.returncode}): {done.stderr[-2000:]}")
+
+
+def _spread(values: list[float]) -> dict[str, Any]:
+    return {
+        "median": round(statistics.median(values), 3),
+        "min": round(min(values), 3),
+        "max": round(max(values), 3),
+        "values": [round(v, 3) for v in values],
+    }
+
+
+def _worst(leg: dict[str, Any], key: str) -> float:
+    return float(max(w[key] for w in leg["workers"]))
+
+
+def summarize(legs: list[dict[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for trim in ("off", "on"):
+        mine = {
+            lake: [g for g in legs if g["trim"] == trim and g["lake"] == lake] for lake in ("small", "big")
+        }
+        block: dict[str, Any] = {}
+        for lake, got in mine.items():
+            block[lake] = {f"worker_{key}": _spread([_worst(g, key) for g in got]) for key in FIELDS}
+            block[lake]["heap_trims"] = _spread([g["heap_trims"] for g in got])
+            block[lake]["heap_trim_cpu_ms"] = _spread([g["heap_trim_cpu_ms"] for g in got])
+        for key in FIELDS:
+            ratios = [
+                _worst(b, key) / _worst(s, key)
+                for s in mine["small"]
+                for b in mine["big"]
+                if s["repeat"] == b["repeat"]
+            ]
+            spread = _spread(ratios)
+            block[f"worker_{key}_big_vs_small"] = {
+                **spread,
+                "within_10pct": all(abs(spread[k] - 1) <= 0.10 for k in ("min", "max")),
+            }
+        out[f"trim_{trim}"] = block
+    return out
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
+    )
+    parser.add_argument("--leg", action="store_true")
+    parser.add_argument("--lake")
+    parser.add_argument("--small")
+    parser.add_argument("--big")
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--batches", type=int, default=40)  # million.py's --probe-batches
+    parser.add_argument("--batch-size", type=int, default=32)
+    parser.add_argument("--chunk-cache", type=int, default=64)
+    parser.add_argument("--out", type=Path)
+    parser.add_argument("--note", default="")
+    args = parser.parse_args()
+    if args.leg:
+        print(PREFIX + json.dumps(_leg(args)), flush=True)
+        return 0
+    if not (args.small and args.big):
+        parser.error("--small and --big (lake roots) are required")
+    lakes = {"small": args.small, "big": args.big}
+    hosts = {label: Path(tempfile.mkdtemp(prefix=f"worker-memory-{label}-")) for label in lakes}
+    started = time.monotonic()
+    for label, lake in lakes.items():  # the per-host indexes, built once (untimed, not a leg)
+        run_leg(lake, "on", hosts[label], argparse.Namespace(**{**vars(args), "batches": 1}))
+    legs: list[dict[str, Any]] = []
+    for repeat in range(args.repeats):
+        order = [("small", "off"), ("big", "off"), ("small", "on"), ("big", "on")]
+        if repeat % 2:
+            order.reverse()
+        for label, trim in order:
+            result: dict[str, Any] = {
+                "repeat": repeat,
+                "lake": label,
+                "trim": trim,
+                "load_1m": os.getloadavg()[0],
+            }
+            result.update(run_leg(lakes[label], trim, hosts[label], args))
+            legs.append(result)
+            print(
+                f"repeat {repeat} {label} ({result['episodes']:,} episodes) trim {trim}: "
+                + "; ".join(f"{k} " + ", ".join(str(w[k]) for w in result["workers"]) for k in FIELDS)
+                + f"; trims {result['heap_trims']} ({result['heap_trim_cpu_ms']} ms CPU, "
+                f"{result['heap_trim_returned_mb']} MB back) (load {result['load_1m']:.1f})",
+                flush=True,
+            )
+    summary = summarize(legs)
+    print(json.dumps(summary, indent=1))
+    if args.out is not None:
+        doc = {
+            "what": "loader worker memory, small vs big lake, heap trim off/on "
+            "(benchmarks/scale/worker_memory.py)",
+            "note": args.note,
+            "lakes": lakes,
+            "workers": args.workers,
+            "batches": args.batches,
+            "batch_size": args.batch_size,
+            "chunk_cache": args.chunk_cache,
+            "repeats": args.repeats,
+            "elapsed_s": round(time.monotonic() - started, 1),
+            "summary": summary,
+            "legs": legs,
+        }
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(json.dumps(doc, indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
