@@ -1,0 +1,91 @@
+"""`pi_format.lake.page_walk.walk` (every column chunk's pages parsed at once by numpy,
+`_page_scan`) against the same rules applied page by page (the regular expressions and the
+Thrift reader, `_walk_from`): on intact files of every table and on seeded damage aimed at the
+page headers (bit flips, random bytes, runs of varint continuation bytes, a header's last bytes
+cut) and anywhere in the file, both give the same page count or both refuse, strict or not."""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+from typing import Any
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+from pi_format import LakeLayout
+from pi_format.lake import page_walk
+
+from tests.fixtures.lake_factory import append_episodes, make_episode
+
+SIZE = (32, 32)
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
+    layout = LakeLayout(str(tmp_path_factory.mktemp("scan") / "lake"))
+    episodes = [make_episode(i, steps=12, cameras=("front",), size=SIZE, seed=0) for i in range(4)]
+    append_episodes(layout, episodes, SIZE, group=2)
+    tables = ("episodes", "steps", "video")
+    paths = [p for t in tables for p in sorted(Path(layout.table(t)).glob("*.parquet"))]
+    assert len(paths) >= 3
+    return [p.read_bytes() for p in paths]
+
+
+def _page_by_page(data: bytes, metadata: Any, strict: bool) -> int | None:
+    listed = page_walk.chunks(metadata, strict=strict)
+    if listed is None:
+        return None
+    pages = 0
+    for chunk in listed:
+        first, length, _, num_values, _ = chunk
+        if first < 4 or length <= 0 or first + length > len(data):
+            return None
+        walked = page_walk._walk_from(data, memoryview(data), first, chunk)
+        if walked is None or (strict and walked[1] != num_values):
+            return None
+        pages += walked[0]
+    return pages
+
+
+def _both(data: bytes) -> list[tuple[int | None, int | None]]:
+    try:
+        metadata = pq.ParquetFile(pa.BufferReader(data)).metadata
+    except Exception:  # a footer that does not parse never reaches the walk
+        return []
+    modes = (True, False)
+    return [(page_walk.walk(data, metadata, strict=s), _page_by_page(data, metadata, s)) for s in modes]
+
+
+def test_intact_files_walk_the_same_page_by_page(files: list[bytes]) -> None:
+    for data in files:
+        for fast, slow in _both(data):
+            assert fast == slow and fast, (fast, slow)
+
+
+def test_seeded_header_damage_gets_the_page_by_page_verdict(files: list[bytes]) -> None:
+    rng = random.Random(20261128)
+    refused = compared = 0
+    for data in files:
+        listed = page_walk.chunks(pq.ParquetFile(pa.BufferReader(data)).metadata, strict=False) or []
+        starts = [c[0] for c in listed]
+        for trial in range(150):
+            damaged = bytearray(data)
+            at = rng.choice(starts) + rng.randrange(0, 40) if trial % 4 else rng.randrange(4, len(data) - 8)
+            at = min(at, len(data) - 9)
+            kind = trial % 5
+            if kind == 0:
+                damaged[at] ^= 1 << rng.randrange(8)
+            elif kind == 1:
+                damaged[at] = rng.randrange(256)
+            elif kind == 2:  # a varint that never ends, or ends late
+                damaged[at : at + rng.randrange(1, 7)] = b"\xff" * rng.randrange(1, 7)
+            elif kind == 3:  # the statistics / sorted-flag bytes of the two shapes
+                damaged[at] = rng.choice((0x00, 0x11, 0x12, 0x15, 0x1C, 0x3C))
+            else:
+                damaged[at : at + 4] = rng.randbytes(4)
+            for fast, slow in _both(bytes(damaged)):
+                compared += 1
+                refused += fast is None
+                assert fast == slow, (trial, at, kind, fast, slow)
+    assert compared > 500 and refused > 100  # the damage reached the walk
