@@ -7,7 +7,9 @@ to 1,000,000 episodes, measuring on the way, then time the operator's commands o
         --out /work/scale1m/out >> /work/scale1m/grow.log 2>&1 &                # grow on (`_resume`)
 
 One lake, grown once by `_grow.grow` (group commits through `LakeWriter.commit_episodes`, each
-group recorded in the chdb catalog as the stream sink does). At every size of `--sizes` the
+group recorded in the chdb catalog as the stream sink does), compacted as production keeps a
+streaming lake compacted: `pilake compact` (production's defaults) after every `--compact-every`
+group commits (25: ~5,000 episodes; production's CronJob runs it hourly). At every size of `--sizes` the
 growth stops for the commit latency of the last window of group commits, the Delta log bytes and
 the catalog queries; at the `--probe-sizes` it also runs the open / memory probe (`run.probe`,
 two fresh processes: cold host, warm host). After every size it rewrites OUT/million-progress.json
