@@ -5,8 +5,9 @@ Each recorded scrape becomes one minute of promtool input (a case's "step_s": ve
 an hour, each scrape then served every minute of it); the seconds gauges are stretched with it,
 and the Unix times rebased onto promtool's clock (scripts/alert_metrics_values.py); every alert of
 alerts.yaml is evaluated on every case (PilakeStreamJobDown on those that run a stream job), 2
-steps in (quiet) and at the last scrape (firing where FIRING says, quiet elsewhere);
-PilakeFreshnessSlow also gets a case generated over the code's FRESHNESS_BUCKETS.
+steps in (quiet) and at the last scrape (firing where FIRING says, quiet elsewhere). A run of
+equal values is written in promtool's `vxN` notation. PilakeFreshnessSlow also gets a case
+generated over the code's FRESHNESS_BUCKETS.
 """
 
 from __future__ import annotations
@@ -50,6 +51,7 @@ CASE_ORDER = (
     "quarantine_rising",
     "store_down_backlog",
     "verify_stopped",
+    "all_refused",
 )
 
 
@@ -82,6 +84,8 @@ FIRING = {
     "quarantine_rising": {"PilakeQuarantineRising"},
     "store_down_backlog": {"PilakeStreamStalled", "PilakeStreamLagGrowing"},
     "verify_stopped": {"PilakeVerifyNotRunning"},
+    # every episode refused (quarantined): nothing committed; and many quarantined
+    "all_refused": {"PilakeStreamNotCommitting", "PilakeQuarantineRising"},
 }
 # evaluated only on the cases that run a stream job (it fires on the absence of its series)
 STREAM_ABSENCE = ("PilakeStreamJobDown",)
@@ -133,7 +137,19 @@ def _values(values: list[float | None], repeat: int = 1) -> str:
     samples would leave the series stale, the 5-minute lookback, between them)."""
     if repeat > 1:
         return " ".join(("_" if v is None else repr(float(v))) + f"x{repeat - 1}" for v in values)
-    return " ".join("_" if v is None else repr(float(v)) for v in values)
+    out: list[str] = []
+    i = 0
+    while i < len(values):
+        j = i
+        while values[i] is not None and j + 1 < len(values) and values[j + 1] == values[i]:
+            j += 1
+        v = values[i]
+        # `vxN` is v followed by N more samples of v (N + 1 in all); `_` is written one by one
+        out.append("_" if v is None else repr(float(v)) + (f"x{j - i}" if j - i >= 2 else ""))
+        if 0 < j - i < 2:
+            out.append(repr(float(v)))  # type: ignore[arg-type]
+        i = j + 1
+    return " ".join(out)
 
 
 def _kind(rule: dict[str, Any], kinds: dict[str, Any]) -> str:

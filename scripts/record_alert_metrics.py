@@ -33,8 +33,8 @@ over HTTP once a second, as Prometheus would:
   completed checkpoint grows more than 30 (stretched) minutes old; it scrapes the stream worker
   too (its endpoint answers nothing while the job restarts: PilakeStreamJobDown must stay quiet
   on the short gaps). sink_crash_looping does not: rerecorded with it, no worker answered in the
-  26 scrapes after the fault (no episodes_in either, so PilakeStreamNotCommitting cannot be
-  recorded on a crash loop; it keeps a hand-written case);
+  26 scrapes after the fault (no episodes_in either: PilakeStreamNotCommitting is recorded on
+  all_refused);
 - job_down: the healthy stream job, SIGKILLed (driver, JVM, worker) after 8 scrapes: its
   endpoint stops answering (recorded as serving nothing);
 - quarantine_rising: the healthy stream job and uploader, and a robot sending bad messages (a
@@ -42,7 +42,10 @@ over HTTP once a second, as Prometheus would:
 - store_down_backlog: store_down while robots keep sending (2 episodes a second in 256-byte
   chunks once the store is down): the blocked sink reads none, the lag passes 1,000 messages;
 - verify_stopped: `pilake verify --metrics-file` run "daily" (every 24 scrapes, one scrape =
-  one promtool hour), 3 times, then never again: its last figures stay, only their age grows.
+  one promtool hour), 3 times, then never again: its last figures stay, only their age grows;
+- all_refused (scripts/alert_metrics_refused.py): the healthy job, then only robots of a type
+  robots.toml does not list send: every episode comes in and is quarantined
+  (unknown_robot_type), none is committed (PilakeStreamNotCommitting).
 Flink's lastCheckpointCompletedTimestamp and pilake_verify_last_run_timestamp_seconds are Unix
 times: those cases keep each scrape's wall time, and the render rebases them onto promtool's
 clock (scripts/alert_metrics_values.py).
@@ -96,6 +99,7 @@ from scripts.alert_metrics_more import (
     record_store_down_backlog,
     record_verify_stopped,
 )
+from scripts.alert_metrics_refused import record_all_refused
 from scripts.alert_metrics_render import CASE_ORDER, FIRING, render
 from scripts.alert_metrics_values import load_record, save_record
 
@@ -185,10 +189,12 @@ def _stream_case(
     kinds: tuple[str, ...] = ("uploader", "stream"),
     on_step: Callable[[int, Any, Any], None] | None = None,
     vanish: tuple[str, ...] = (),
+    uploads: bool = True,
 ) -> Any:
     """Run `pilake stream` and an uploader submitting an episode, then one every 5 scrapes; `store`
     (a SeaweedFS) is stopped at scrape STORE_STOP_AT; `on_step(i, stream, stack)` runs after scrape i
-    (the fault of a case); a kind of `vanish` may stop serving (the job killed)."""
+    (the fault of a case); a kind of `vanish` may stop serving (the job killed); `uploads=False`:
+    the uploader submits only the first episode (the case's robots send the rest)."""
     from pi_jobs.local.faults import FaultStack
     from pi_jobs.local.faults._messages import simulated
 
@@ -217,7 +223,7 @@ def _stream_case(
             def step(i: int) -> None:
                 if store is not None and i == STORE_STOP_AT:
                     store.stop()  # the object store goes down under the running job
-                if i % 5 == 4 and 1 + i // 5 < len(episodes):
+                if uploads and i % 5 == 4 and 1 + i // 5 < len(episodes):
                     up.submit(episodes[1 + i // 5])
                 if on_step is not None:
                     on_step(i, stream, stack)
@@ -399,6 +405,7 @@ CASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "quarantine_rising": record_quarantine_rising,
     "store_down_backlog": record_store_down_backlog,
     "verify_stopped": record_verify_stopped,
+    "all_refused": record_all_refused,
 }
 # every recorded case is rendered and has its expected alerts
 assert set(CASES) == set(CASE_ORDER) == set(FIRING), (set(CASES), set(CASE_ORDER), set(FIRING))

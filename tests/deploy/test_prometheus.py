@@ -216,6 +216,13 @@ def test_the_alert_cases_are_rendered_from_recorded_failures() -> None:
     stopped = record["cases"]["verify_stopped"]
     runs = [sc["pilake_verify_last_run_timestamp_seconds{}"] for sc in stopped["scrapes"]["verify"]]
     assert len(set(runs)) == 3 and runs[-1] == runs[-40] and stopped["exit_codes"] == [0, 0, 0]
+    # unregistered robots: episodes kept coming in, every one quarantined, none committed
+    refused = record["cases"]["all_refused"]["scrapes"]["stream"]
+    unknown = 'pilake_stream_episodes_quarantined_total{reason="unknown_robot_type"}'
+    arrived = "pilake_stream_episodes_in_total{}"
+    assert refused[-1][arrived] - refused[-21][arrived] >= 15
+    assert refused[-1][unknown] - refused[-21][unknown] == refused[-1][arrived] - refused[-21][arrived]
+    assert refused[-1][committed] == refused[-21][committed]
     # the freshness buckets served are the code's, and the alert's threshold is one of them
     les = {
         re.search(r'le="([^"]+)"', k).group(1)  # type: ignore[union-attr]
