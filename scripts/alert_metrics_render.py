@@ -6,8 +6,7 @@ an hour, each scrape then served every minute of it); the seconds gauges are str
 and the Unix times rebased onto promtool's clock (scripts/alert_metrics_values.py); every alert of
 alerts.yaml is evaluated on every case (PilakeStreamJobDown on those that run a stream job), 2
 steps in (quiet) and at the last scrape (firing where FIRING says, quiet elsewhere). A run of
-equal values is written in promtool's `vxN` notation. PilakeFreshnessSlow also gets a case
-generated over the code's FRESHNESS_BUCKETS.
+equal values is written in promtool's `vxN` notation (the long freshness_outage case stays small).
 """
 
 from __future__ import annotations
@@ -51,6 +50,7 @@ CASE_ORDER = (
     "quarantine_rising",
     "store_down_backlog",
     "verify_stopped",
+    "freshness_outage",
     "all_refused",
 )
 
@@ -84,13 +84,12 @@ FIRING = {
     "quarantine_rising": {"PilakeQuarantineRising"},
     "store_down_backlog": {"PilakeStreamStalled", "PilakeStreamLagGrowing"},
     "verify_stopped": {"PilakeVerifyNotRunning"},
+    "freshness_outage": {"PilakeFreshnessSlow"},
     # every episode refused (quarantined): nothing committed; and many quarantined
     "all_refused": {"PilakeStreamNotCommitting", "PilakeQuarantineRising"},
 }
 # evaluated only on the cases that run a stream job (it fires on the absence of its series)
 STREAM_ABSENCE = ("PilakeStreamJobDown",)
-# the generated freshness case: 10 episodes a minute, 2 s late, then 450 s late from minute 15
-FRESH_S, LATE_S, LATE_FROM_MIN, PER_MIN, FRESHNESS_MINUTES = 2.0, 450.0, 15, 10, 45
 
 
 def _rules() -> dict[str, dict[str, Any]]:
@@ -217,45 +216,6 @@ def _case_lines(name: str, case: dict[str, Any], rules: dict[str, dict[str, Any]
     return lines
 
 
-def _freshness_lines(rules: dict[str, dict[str, Any]]) -> list[str]:
-    """PilakeFreshnessSlow over the histogram's own bounds (not recorded: it needs episodes more
-    than 5 minutes late, an outage of more than 5 minutes)."""
-    sys.path.insert(0, str(ROOT))
-    from pi_jobs.stream._metrics import FRESHNESS_BUCKETS
-
-    target = ",".join(f'{k}="{v}"' for k, v in TARGETS["stream"].items())
-    minutes = range(FRESHNESS_MINUTES + 1)
-    fresh = [PER_MIN * min(m, LATE_FROM_MIN) for m in minutes]
-    late = [PER_MIN * max(0, m - LATE_FROM_MIN) for m in minutes]
-    lines = [
-        f"  # freshness (generated over the code's FRESHNESS_BUCKETS): {PER_MIN} episodes a minute, "
-        f"{FRESH_S:g} s late, then {LATE_S:g} s late from minute {LATE_FROM_MIN}",
-        "  - interval: 1m",
-        "    input_series:",
-    ]
-    for le in [*FRESHNESS_BUCKETS, float("inf")]:
-        counts = [f + (lt if le >= LATE_S else 0) for f, lt in zip(fresh, late, strict=True)]
-        counts = [c if le >= FRESH_S else c - f for c, f in zip(counts, fresh, strict=True)]
-        text = "+Inf" if le == float("inf") else repr(float(le))
-        lines += [
-            f"      - series: 'pilake_stream_freshness_seconds_bucket{{le=\"{text}\",{target}}}'",
-            f"        values: '{_values([float(c) for c in counts])}'",
-        ]
-    above = min(b for b in FRESHNESS_BUCKETS if b >= LATE_S)
-    below = max(b for b in FRESHNESS_BUCKETS if b < LATE_S)
-    p95 = below + (above - below) * 0.95  # histogram_quantile's linear interpolation in the bucket
-    rule = rules["PilakeFreshnessSlow"]
-    lines += ["    alert_rule_test:"]
-    lines += [
-        f"      - eval_time: {LATE_FROM_MIN}m",
-        "        alertname: PilakeFreshnessSlow",
-        "        exp_alerts: []",
-    ]
-    lines += [f"      - eval_time: {FRESHNESS_MINUTES}m", "        alertname: PilakeFreshnessSlow"]
-    lines += _expect(rule, TARGETS["stream"]["instance"], value=f"{p95:g}")
-    return lines
-
-
 def render(doc: dict[str, Any]) -> str:
     """The promtool unit tests of the alerts over the recorded scrapes (text)."""
     rules = _rules()
@@ -271,5 +231,4 @@ def render(doc: dict[str, Any]) -> str:
     for name in CASE_ORDER:
         if name in doc["cases"]:
             lines += _case_lines(name, doc["cases"][name], rules)
-    lines += _freshness_lines(rules)
     return "\n".join(lines) + "\n"

@@ -90,7 +90,38 @@ def annotation_value(alert: str, case: dict[str, Any], kind: str, step_s: float,
             values = [None] * lead + [sc.get(key) for sc in scrapes]
             total += extrapolated_increase(values, step_s, at, 3600.0) or 0.0
         return go_float(total)
+    if alert == "PilakeFreshnessSlow":  # histogram_quantile(0.95, sum by (le) (rate(...[10m])))
+        return go_float(_freshness_p95(case["scrapes"][kind], step_s, lead))
     return None
+
+
+def _freshness_p95(scrapes: list[dict[str, float]], step_s: float, lead: int) -> float:
+    """histogram_quantile(0.95, rate(freshness buckets[10m])) at the last scrape, as Prometheus
+    2.42 computes it (its extrapolated rate per bucket, then bucketQuantile)."""
+    prefix = 'pilake_stream_freshness_seconds_bucket{le="'
+    keys = {k for sc in scrapes for k in sc if k.startswith(prefix)}
+    at = lead + len(scrapes) - 1
+    buckets = []
+    for key in keys:
+        values = [None] * lead + [sc.get(key) for sc in scrapes]
+        increase = extrapolated_increase(values, step_s, at, 600.0)
+        if increase is None:
+            raise ValueError(f"{key}: fewer than 2 samples in the last 10 minutes")
+        buckets.append((float(key[len(prefix) : key.index('"', len(prefix))]), increase / 600.0))
+    buckets.sort()
+    counts = [c for _, c in buckets]
+    for i in range(1, len(counts)):  # Prometheus' ensureMonotonic
+        counts[i] = max(counts[i], counts[i - 1])
+    rank = 0.95 * counts[-1]
+    b = next(i for i, c in enumerate([*counts[:-1], float("inf")]) if c >= rank)
+    if b == len(buckets) - 1:
+        return buckets[-2][0]
+    start, end, count = 0.0, buckets[b][0], counts[b]
+    if b > 0:
+        start = buckets[b - 1][0]
+        count -= counts[b - 1]
+        rank -= counts[b - 1]
+    return start + (end - start) * (rank / count)
 
 
 def load_record(path: Path) -> dict[str, Any]:

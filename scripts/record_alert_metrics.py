@@ -43,6 +43,10 @@ over HTTP once a second, as Prometheus would:
   chunks once the store is down): the blocked sink reads none, the lag passes 1,000 messages;
 - verify_stopped: `pilake verify --metrics-file` run "daily" (every 24 scrapes, one scrape =
   one promtool hour), 3 times, then never again: its last figures stay, only their age grows;
+- freshness_outage (scripts/alert_metrics_outage.py): the lake on SeaweedFS stopped for 380 s
+  (more than PilakeFreshnessSlow's 300 s) while robots keep sending 2 episodes a second, then
+  started again: the job (restarted by Flink meanwhile) commits the backlog, each episode as late
+  as it waited; the recording stops once p95 freshness held > 300 s for 19 scrapes;
 - all_refused (scripts/alert_metrics_refused.py): the healthy job, then only robots of a type
   robots.toml does not list send: every episode comes in and is quarantined
   (unknown_robot_type), none is committed (PilakeStreamNotCommitting).
@@ -65,8 +69,7 @@ of the committed record, so no value in it is typed by hand.
 
 The alerts whose series come from programs that only run in a cluster (Kafka's under Strimzi,
 ClickHouse's endpoint, kube-state-metrics' failed Jobs) keep hand-written cases in
-alerts_static_test.yaml; PilakeFreshnessSlow fires on a case generated over the code's buckets
-(it needs episodes more than 5 minutes late: an outage longer than a recording).
+alerts_static_test.yaml.
 """
 
 from __future__ import annotations
@@ -99,6 +102,7 @@ from scripts.alert_metrics_more import (
     record_store_down_backlog,
     record_verify_stopped,
 )
+from scripts.alert_metrics_outage import record_freshness_outage
 from scripts.alert_metrics_refused import record_all_refused
 from scripts.alert_metrics_render import CASE_ORDER, FIRING, render
 from scripts.alert_metrics_values import load_record, save_record
@@ -405,6 +409,7 @@ CASES: dict[str, Callable[[Path, int], dict[str, Any]]] = {
     "quarantine_rising": record_quarantine_rising,
     "store_down_backlog": record_store_down_backlog,
     "verify_stopped": record_verify_stopped,
+    "freshness_outage": record_freshness_outage,
     "all_refused": record_all_refused,
 }
 # every recorded case is rendered and has its expected alerts
