@@ -32,6 +32,7 @@ def test_the_profile_names_the_open_paths_steps(tmp_path: Path) -> None:
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads((tmp_path / "p.json").read_text())
     assert result["episodes"] == 4 and result["episodes_files"] >= 4 and result["open_s"] > 0
+    assert result["open_warm_host_s"] > 0
     steps = {s["function"]: s["s"] for s in result["steps"]}
     # the page walk runs in a thread cProfile does not see; every other step is on this path
     found = [f for f, s in steps.items() if s is not None]
