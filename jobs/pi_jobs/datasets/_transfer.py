@@ -91,6 +91,10 @@ def _verify(data: bytes, require_crc: bool) -> tuple[str, str]:
     return problem, ("" if problem else _sha256(data))
 
 
+def _check_threads(workers: int) -> int:
+    return min(workers, os.cpu_count() or 1)
+
+
 def _job_facts(job: FileJob, data: bytes) -> tuple[int, str]:
     if job.num_rows >= 0 and job.stats_json:
         return job.num_rows, job.stats_json
@@ -140,7 +144,9 @@ class Transfers:
         with (
             ThreadPoolExecutor(self.workers, thread_name_prefix="copy") as pool,
             ThreadPoolExecutor(self.workers, thread_name_prefix="copy-part") as parts,
-            ThreadPoolExecutor(self.workers, thread_name_prefix="copy-check") as checks,
+            # the checks are CPU work (most of it under the GIL): one thread a core, not one a
+            # transfer, so they do not take turns with the uploads' threads for the GIL
+            ThreadPoolExecutor(_check_threads(self.workers), thread_name_prefix="copy-check") as checks,
         ):
             self._checks = checks
             futures = {job.relative: pool.submit(self.one, job, parts) for job in jobs}
