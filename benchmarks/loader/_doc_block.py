@@ -1,7 +1,8 @@
 """The `loader_cpu` figures block: CPU per sample over the raw decode leg's (issue 35 item 1).
 
 Rendered by `python -m benchmarks.render_docs` from `benchmarks/baselines/loader_cpu.json` (the
-loader benchmark's CPU legs, `--loaders raw,pi_loader,pi_loader_torch,pi_loader_torch_batches`).
+loader benchmark's CPU legs,
+`--loaders raw,pi_loader,pi_loader_torch,pi_loader_torch_batches,pi_loader_trim_off`).
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ LEGS = {
     "pi_loader": "`Loader`",
     "pi_loader_torch": "`DataLoader(Dataset, batch_size=32)`",
     "pi_loader_torch_batches": "`adapters.torch_dataloader(Loader)`",
+    "pi_loader_trim_off": "`Loader`, workers' heap trim off (`PILAKE_LOADER_HEAP_TRIM=off`)",
 }
 TARGETS = {"pi_loader": 1.15, "pi_loader_torch": 1.3, "pi_loader_torch_batches": 1.3}
 
@@ -41,6 +43,8 @@ def loader_cpu(b: Path) -> str:
     workers = sorted(doc["figures"], key=int)
     rows = []
     for name, label in LEGS.items():
+        if not any(name in doc["figures"][w] for w in workers):
+            continue  # a leg this run did not have
         cells = [label]
         ratios = []
         for w in workers:

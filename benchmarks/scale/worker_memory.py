@@ -4,17 +4,21 @@
     nice -n 19 python -m benchmarks.scale.worker_memory --small /tmp/b_lake1k/lake \
         --big /work/scale1m/run/home/lake --repeats 3 --out benchmarks/baselines/worker_memory.json
 
-Each leg is a fresh process on a warm host (the lake's per-host indexes built once, untimed,
-before the legs): it opens `pi_loader.Dataset`, takes `--batches` shuffled batches through a
-`pi_loader.Loader` with `--workers` workers and the scale probe's cache settings
+Each leg is a fresh process on a warm host (the lake's per-host indexes built once, by a first
+leg taking the same batches, recorded as `host_warmup_legs`: on the big lake that is where the
+files are indexed and glibc keeps hundreds of MB without the trim): it opens `pi_loader.Dataset`,
+takes `--batches` shuffled batches through a `pi_loader.Loader` with `--workers` workers and the
+scale probe's cache settings
 (benchmarks/scale/_probe.py: chunk cache 64, episode cache 32, default footer and steps caches),
 then reads each worker's memory: VmHWM (peak RSS: the figure `scale.json` judges), RssAnon
 (private heap), RssShmem (pages of the shared Dataset image and batch slots it has touched:
 shared with every other worker and the main process, counted once per host), USS and PSS
 (psutil, smaps_rollup). `PILAKE_LOADER_HEAP_TRIM` is "off" or unset (the default budget) per
 leg (pi_loader.delivery._heap), and the loader's own count of trims, their CPU and the bytes
-they returned are recorded. Legs alternate (small/big x off/on) inside each repeat, so load
-drifts hit all alike. Ratios big/small are taken repeat by repeat, per trim setting.
+they returned are recorded. With `--cold-host` every leg gets a fresh host index directory
+instead (its workers index every file they read: the case where glibc keeps the most). Legs
+alternate (small/big x off/on) inside each repeat, so load drifts hit all alike. Ratios big/small
+are taken repeat by repeat, per trim setting.
 """
 
 from __future__ import annotations
@@ -22,6 +26,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -152,6 +157,12 @@ def main() -> int:
     parser.add_argument("--batches", type=int, default=40)  # million.py's --probe-batches
     parser.add_argument("--batch-size", type=int, default=32)
     parser.add_argument("--chunk-cache", type=int, default=64)
+    parser.add_argument(
+        "--cold-host",
+        action="store_true",
+        help="every leg on a fresh host index directory: the workers index each file they read "
+        "(where glibc keeps the most), instead of one warmed host per lake",
+    )
     parser.add_argument("--out", type=Path)
     parser.add_argument("--note", default="")
     args = parser.parse_args()
@@ -163,8 +174,19 @@ def main() -> int:
     lakes = {"small": args.small, "big": args.big}
     hosts = {label: Path(tempfile.mkdtemp(prefix=f"worker-memory-{label}-")) for label in lakes}
     started = time.monotonic()
-    for label, lake in lakes.items():  # the per-host indexes, built once (untimed, not a leg)
-        run_leg(lake, "on", hosts[label], argparse.Namespace(**{**vars(args), "batches": 1}))
+    warmups: dict[str, Any] = {}
+    for label, lake in lakes.items() if not args.cold_host else ():
+        # the per-host indexes of every file the legs read, built once (not a leg): each leg
+        # takes the same batches (seed 0, epoch 0)
+        warm = run_leg(lake, "on", hosts[label], args)
+        print(
+            f"{label}: host warmed ({warm['heap_trims']} trims, {warm['heap_trim_cpu_ms']} ms CPU, "
+            f"{warm['heap_trim_returned_mb']} MB back; workers "
+            + ", ".join(f"{w['rss_anon_mb']} MB anon" for w in warm["workers"])
+            + ")",
+            flush=True,
+        )
+        warmups[label] = warm
     legs: list[dict[str, Any]] = []
     for repeat in range(args.repeats):
         order = [("small", "off"), ("big", "off"), ("small", "on"), ("big", "on")]
@@ -177,7 +199,12 @@ def main() -> int:
                 "trim": trim,
                 "load_1m": os.getloadavg()[0],
             }
-            result.update(run_leg(lakes[label], trim, hosts[label], args))
+            host = Path(tempfile.mkdtemp(prefix="worker-memory-cold-")) if args.cold_host else hosts[label]
+            try:
+                result.update(run_leg(lakes[label], trim, host, args))
+            finally:
+                if args.cold_host:
+                    shutil.rmtree(host, ignore_errors=True)
             legs.append(result)
             print(
                 f"repeat {repeat} {label} ({result['episodes']:,} episodes) trim {trim}: "
@@ -199,9 +226,11 @@ def main() -> int:
             "batch_size": args.batch_size,
             "chunk_cache": args.chunk_cache,
             "repeats": args.repeats,
+            "host": "cold (a fresh host index directory per leg)" if args.cold_host else "warm",
             "elapsed_s": round(time.monotonic() - started, 1),
             "summary": summary,
             "legs": legs,
+            "host_warmup_legs": warmups,
         }
         args.out.parent.mkdir(parents=True, exist_ok=True)
         args.out.write_text(json.dumps(doc, indent=1) + "\n")

@@ -137,7 +137,9 @@ class HeapTrimmer:
             trim, why = None, f"turned off ({TRIM_ENV}=off)"
         self._trim = trim
         self.why_not: str | None = why  # None: trimming is live
-        self._floor: int | None = None  # anonymous bytes the last trim left (or the first batch)
+        # anonymous bytes the last trim left, or the worker's at its start: a first batch that
+        # indexes files on a cold host (hundreds of MB freed again) is trimmed like any other
+        self._floor: int | None = anon_resident_bytes() if trim is not None else None
         self.trims = 0
         self.trim_cpu_us = 0  # thread CPU spent inside malloc_trim, microseconds
         self.returned_bytes = 0  # anonymous memory the trims took off the worker (statm before - after)
