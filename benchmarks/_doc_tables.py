@@ -524,7 +524,8 @@ def ingest_cpu(b: Path) -> str:
         split: dict[str, list[float]] = {}
         for r in doc["runs"]:
             if r["leg"] == leg:
-                for kind, cpu_s in r.get("cpu_s_by_process", {}).items():
+                # by role (cli, jvm, python_worker) where the run has it, else by process name
+                for kind, cpu_s in (r.get("cpu_s_by_role") or r.get("cpu_s_by_process", {})).items():
                     split.setdefault(kind, []).append(1000 * cpu_s / doc["episodes"])
         parts = ", ".join(
             f"{kind} {sorted(v)[len(v) // 2]:,.0f}" for kind, v in sorted(split.items()) if max(v) >= 1

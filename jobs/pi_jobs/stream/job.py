@@ -22,6 +22,13 @@ from pi_jobs.stream.config import StreamJobConfig
 RESTART_ATTEMPTS = 3
 # Flink's "attempts before reset" for a job that never gives up: Java's Integer.MAX_VALUE.
 UNBOUNDED_ATTEMPTS = 2**31 - 1
+# JVM flags of the embedded mini-cluster (the PyFlink gateway JVM) when JVM_ARGS is unset.
+# C1 only (no C2): per-thread CPU of the stream job showed C2's compiler threads spending about
+# half of the JVM's CPU during the first minutes of ingest (0.63 of 1.24 s over 12 episodes after
+# a warm-up one: ~50 ms per episode, ~7% of ingest), still compiling while idle. The JVM's own
+# work here is moving bytes between Kafka and the Python worker, which C1 code does as fast as
+# C2's in the same measurement (benchmarks/ingest/PROFILE.md, fourth pass).
+EMBEDDED_JVM_ARGS = "-XX:TieredStopAtLevel=1"
 
 
 def build_job(config: StreamJobConfig) -> Any:
@@ -137,7 +144,8 @@ def build_job(config: StreamJobConfig) -> Any:
 
 def prepare_python_workers(log_dir: Path) -> None:
     """The process environment every pi-lake Flink job (stream, backfill) needs before its
-    environment is created: Flink's log dir, one OpenBLAS thread, process mode."""
+    environment is created: Flink's log dir, the embedded JVM's flags (`EMBEDDED_JVM_ARGS`), one
+    OpenBLAS thread, process mode."""
     import pyflink.java_gateway
 
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -146,6 +154,8 @@ def prepare_python_workers(log_dir: Path) -> None:
     # same process shares that JVM and so its log dir; `_effective_log_dir` says which.
     if pyflink.java_gateway._gateway is None:
         os.environ["FLINK_LOG_DIR"] = str(log_dir.absolute())
+        # read by PyFlink's gateway launcher; a JVM_ARGS of the user's own is left as it is
+        os.environ.setdefault("JVM_ARGS", EMBEDDED_JVM_ARGS)
     # numpy in the worker was 3x slower under core contention with OpenBLAS threads.
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     # Process workers, not loopback (which would run the Python functions inside this driver
