@@ -15,7 +15,9 @@ processes (`benchmarks._figures`):
   episodes go up at once through the real uploader and the leg waits for every ack. CPU is the
   stream job's whole process tree (JVM, Python worker, the CLI process) from the first send to
   the last ack, read from /proc through psutil; the broker's CPU is reported beside it, not in
-  the ratio (it is Kafka's cost, paid by any consumer).
+  the ratio (it is Kafka's cost, paid by any consumer). The same total is split by role (CLI,
+  JVM, Python worker) and the JVM's by thread (`benchmarks.ingest._proc_cpu`), over the burst
+  and over a 5 s idle window before it.
 
 The figure is CPU ms per episode of each leg and their ratio repeat by repeat (median and
 spread); the target (issue 35) is ingest <= 1.3x transcode, met only when the whole spread
