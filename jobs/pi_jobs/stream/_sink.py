@@ -120,7 +120,21 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
     def open(self, runtime_context: RuntimeContext) -> None:
         os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
         self.subtask = subtask_index(runtime_context)
-        # a restart while the object store is still down waits for it here too
+        # one file per subtask; the driver adds them up (pi_jobs.stream._progress)
+        self._progress_file = subtask_progress_file(self.settings.progress_path, self.subtask)
+        self.progress = load_progress(self._progress_file)
+        # metrics first: a restart while the object store is still down waits for it in the
+        # lake open below, and the worker serves its retries meanwhile (PilakeStreamStalled),
+        # not nothing (none answered 270 scrapes of a recorded 380 s outage: PilakeStreamJobDown)
+        if self.settings.metrics_ports is not None:
+            metrics.start_worker_metrics(
+                self.settings.metrics_ports,
+                subtask=self.subtask,
+                bootstrap_servers=self.settings.bootstrap_servers,
+                topic=self.settings.raw_topic,
+                client_options=self.settings.client_options,
+                offsets=lambda: self.progress["offsets"],
+            )
         with_retries("lake open", self._open_writer, retry_s=self.settings.dependency_retry_s)
         self.acks = AckPublisher(
             self.settings.bootstrap_servers, self.settings.ack_topic, self.settings.client_options
@@ -149,18 +163,6 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         self.waiting_since_ms = 0
         self.flushing = 0  # episodes in the group commit under way (for fault reports)
         self.registry = self.settings.registry or load_registry(None)
-        # one file per subtask; the driver adds them up (pi_jobs.stream._progress)
-        self._progress_file = subtask_progress_file(self.settings.progress_path, self.subtask)
-        self.progress = load_progress(self._progress_file)
-        if self.settings.metrics_ports is not None:
-            metrics.start_worker_metrics(
-                self.settings.metrics_ports,
-                subtask=self.subtask,
-                bootstrap_servers=self.settings.bootstrap_servers,
-                topic=self.settings.raw_topic,
-                client_options=self.settings.client_options,
-                offsets=lambda: self.progress["offsets"],
-            )
         self.events = SinkEvents(self.subtask, self.settings.event_log_dir)  # JSON lines: pilake trace
 
     def _open_writer(self) -> None:
