@@ -28,6 +28,8 @@ def million_notes(m: dict[str, Any]) -> str:
             f"{c['load']}); episodes files {c['files_before']['episodes']:,} -> "
             f"{c['files_after']['episodes']:,}. {c['note']}"
         )
+    if m.get("open_note"):
+        out.append(f" Open: {m['open_note']}.")
     b = m.get("before_compaction")
     if b:
         out.append(
