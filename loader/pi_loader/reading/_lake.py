@@ -384,6 +384,10 @@ def read_committed_episodes(
 
 
 def _flat_matrix(column: pa.ChunkedArray, what: str, dtype: type) -> np.ndarray:
+    # one chunk per episodes file read (thousands on a lake read file by file): the per-chunk
+    # conversions cost more than one copy of the column (pooled_stats 1.2-1.4 -> ~0.5 s at
+    # 1,000,000 episodes in 4,700 chunks)
+    column = pa.chunked_array([column.combine_chunks()]) if column.num_chunks > 1 else column
     lengths = pc.list_value_length(column).to_numpy(zero_copy_only=False)
     rows = len(lengths)
     if rows and (lengths != lengths[0]).any():
