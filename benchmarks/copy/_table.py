@@ -31,6 +31,11 @@ def copy_table(b: Path) -> str:
         f"committed {lake['replicas']} times each in group commits of {lake['group']}), {doc['workers']} "
         f"transfers in flight, {len(doc['repeats'])} interleaved repeats on a shared {doc['cpus']}-core "
         f"machine (load average {doc['loadavg_start'][0]:.1f} at the start"
+        + (
+            f", {min(loads):.1f}–{max(loads):.1f} at the repeats' starts"
+            if (loads := [r["loadavg_1m"] for r in doc["repeats"] if "loadavg_1m" in r])
+            else ""
+        )
         + (f"; {doc['load']}" if doc.get("load") else "")
         + "); ratio = plain seconds / "
         "copy seconds per repeat, median (min–max):\n\n"
