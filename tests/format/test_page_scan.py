@@ -32,6 +32,12 @@ def files(tmp_path_factory: pytest.TempPathFactory) -> list[bytes]:
     return [p.read_bytes() for p in paths]
 
 
+@pytest.fixture(autouse=True)
+def _always_vectorised(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fixture's files are small (a real video file has ~13,000 chunks): walk them by numpy."""
+    monkeypatch.setattr(page_walk, "_VECTOR_CHUNKS", 1)
+
+
 def _page_by_page(data: bytes, metadata: Any, strict: bool) -> int | None:
     try:
         listed = page_walk.chunks(metadata, strict=strict)

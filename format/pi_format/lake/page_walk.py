@@ -53,6 +53,10 @@ _ENCODINGS = {
 }  # fmt: skip
 _DICTIONARY_INDEX = frozenset({2, 8})
 _DATA, _DICTIONARY = 0, 2
+# below this many column chunks a file is walked page by page: numpy's fixed cost per operation
+# is more than it saves (an episodes file of 40 chunks: 0.2 ms page by page, 0.8 ms in numpy; a
+# steps file of 420: 5.1 vs 6.7 ms; a video file of 12,960: 27 vs 17 ms after the footer)
+_VECTOR_CHUNKS = 1024
 
 # (first byte, length, uncompressed, data-page value count, allowed encodings as a bit mask) of a
 # column chunk; the last three are (False, -1, 0) when not checked
@@ -125,8 +129,6 @@ def _page(data: bytes, view: memoryview, pos: int, end: int) -> _Page | None:
     the page at `pos` (count -1 and no encodings for a dictionary page); None for a header that
     does not parse or has no CRC. The lake's common shapes are matched in C; any other (a data
     page with statistics: the id columns') is parsed alone by the Thrift reader in Python."""
-    from pi_format.lake._page_header import PageError, page_header
-
     found = _DATA_PAGE.match(data, pos, end)
     if found is not None:
         g = found.groups()
@@ -136,6 +138,8 @@ def _page(data: bytes, view: memoryview, pos: int, end: int) -> _Page | None:
     if found is not None:
         g = found.groups()
         return _zigzag(g[0]), _zigzag(g[1]), _zigzag(g[2]), _zigzag(g[3]), -1, (), found.end()
+    from pi_format.lake._page_header import PageError, page_header
+
     try:
         header = page_header(view[:end], pos)
     except PageError:
@@ -159,12 +163,17 @@ def _page(data: bytes, view: memoryview, pos: int, end: int) -> _Page | None:
     )
 
 
+_ALLOWED: dict[int, frozenset[bytes]] = {}  # the header bytes of an encodings mask
+
+
 def _walk_from(data: bytes, view: memoryview, pos: int, chunk: Chunk) -> tuple[int, int] | None:
     """(pages, data-page values) of the rest of `chunk` from `pos`, page by page; None when a page
     breaks a rule of `walk`."""
     _, _, plain, _, mask = chunk
     end = chunk[0] + chunk[1]
-    allowed = {bytes([e << 1]) for e in range(10) if mask >> e & 1}
+    allowed = _ALLOWED.get(mask)
+    if allowed is None:
+        allowed = _ALLOWED[mask] = frozenset(bytes([e << 1]) for e in range(10) if mask >> e & 1)
     pages = values = 0
     while pos < end:
         page = _page(data, view, pos, end)
@@ -194,8 +203,9 @@ def walk(data: bytes, metadata: Any, *, strict: bool) -> int | None:
     is data or dictionary, its sizes and value count are not negative, it stays inside its chunk
     and its CRC matches; with `strict` (`pilake verify`), also when an uncompressed page is as
     long as it says, its encodings are among the footer's and the chunk's data-page value counts
-    add up to the footer's. Every chunk is walked at once by numpy (`_page_scan`), a page of
-    another header shape from there on page by page.
+    add up to the footer's. A file of many chunks has every chunk walked at once by numpy
+    (`_page_scan`; a page of another header shape from there on page by page), a file of few
+    page by page.
 
     Example:
         >>> walk(data, pq.ParquetFile(pa.BufferReader(data)).metadata, strict=True)
@@ -211,6 +221,18 @@ def walk(data: bytes, metadata: Any, *, strict: bool) -> int | None:
         return None
     if not listed:
         return 0
+    view = memoryview(data)
+    if len(listed) < _VECTOR_CHUNKS:
+        pages = 0
+        for chunk in listed:
+            first, length, _, num_values, _ = chunk
+            if first < 4 or length <= 0 or first + length > len(data):
+                return None
+            walked = _walk_from(data, view, first, chunk)
+            if walked is None or (strict and walked[1] != num_values):
+                return None
+            pages += walked[0]
+        return pages
     table = np.array(listed, dtype=np.int64)
     starts, lengths = table[:, 0], table[:, 1]
     ends = starts + lengths
@@ -220,7 +242,6 @@ def walk(data: bytes, metadata: Any, *, strict: bool) -> int | None:
     if scanned is None:
         return None
     pages, left, counted = scanned
-    view = memoryview(data)
     for index, pos in left:
         rest = _walk_from(data, view, pos, listed[index])
         if rest is None:
