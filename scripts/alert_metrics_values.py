@@ -38,7 +38,9 @@ def go_float(value: float) -> str:
     return text[:-2] if text.endswith(".0") else text
 
 
-def extrapolated_increase(values: list[float | None], step_s: float, at: int, range_s: float) -> float | None:
+def extrapolated_increase(
+    values: list[float | None], step_s: float, at: int, range_s: float, *, per_s: float | None = None
+) -> float | None:
     """Prometheus 2's increase(series[range]) evaluated at step `at` of a series sampled every
     `step_s` (None: no sample): the samples in [t - range, t], counter resets added back, and the
     extrapolation to the range's ends (half a sample interval at most past the first and last
@@ -67,7 +69,10 @@ def extrapolated_increase(values: list[float | None], step_s: float, at: int, ra
             duration_to_start = duration_to_zero
     extrapolate += duration_to_start if duration_to_start < threshold else average / 2
     extrapolate += duration_to_end if duration_to_end < threshold else average / 2
-    return result * (extrapolate / sampled)
+    factor = extrapolate / sampled
+    if per_s is not None:  # rate(): Prometheus divides the factor by the range, then multiplies
+        factor /= per_s
+    return result * factor
 
 
 def annotation_value(alert: str, case: dict[str, Any], kind: str, step_s: float, lead: int) -> str | None:
@@ -104,10 +109,10 @@ def _freshness_p95(scrapes: list[dict[str, float]], step_s: float, lead: int) ->
     buckets = []
     for key in keys:
         values = [None] * lead + [sc.get(key) for sc in scrapes]
-        increase = extrapolated_increase(values, step_s, at, 600.0)
-        if increase is None:
+        rate = extrapolated_increase(values, step_s, at, 600.0, per_s=600.0)
+        if rate is None:
             raise ValueError(f"{key}: fewer than 2 samples in the last 10 minutes")
-        buckets.append((float(key[len(prefix) : key.index('"', len(prefix))]), increase / 600.0))
+        buckets.append((float(key[len(prefix) : key.index('"', len(prefix))]), rate))
     buckets.sort()
     counts = [c for _, c in buckets]
     for i in range(1, len(counts)):  # Prometheus' ensureMonotonic
