@@ -44,12 +44,11 @@ def compact_windows(
     Example:
         >>> compact_windows(Path("/data/lake"), 280)["files_after"]["episodes"]
     """
-    import pyarrow.compute as pc
     from pi_format import LakeLayout
     from pi_format.lake.file_groups import read_lake_files
     from pi_format.lake.rewrite import rewrite_groups
     from pi_jobs.maintenance._lock import maintenance_lock
-    from pi_jobs.maintenance.compaction import CompactConfig, _file_counts, choose_groups
+    from pi_jobs.maintenance.compaction import CompactConfig, _file_counts, choose_groups, legacy_files
 
     if window_groups < 2:
         raise ValueError(
@@ -63,15 +62,7 @@ def compact_windows(
     with maintenance_lock(layout, "compact"):
         planned = time.monotonic()
         files = read_lake_files(layout)
-        no_locator = pc.and_(
-            pc.is_null(files.markers.column("steps_file")), pc.greater(files.markers.column("step_count"), 0)
-        )
-        legacy = (
-            set(files.markers.filter(no_locator).column("file").to_pylist())
-            if files.markers.num_rows
-            else set()
-        )
-        chosen = choose_groups(files.groups, legacy, config)
+        chosen = choose_groups(files.groups, legacy_files(files.markers), config)
         # episode order: each output file then holds a contiguous id range (as hourly runs would)
         first_id: dict[str, str] = {}
         for path, episode in zip(

@@ -27,12 +27,16 @@ import logging
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from pi_format import LakeLayout
 from pi_format.lake.file_groups import FileGroup, read_lake_files
 from pi_format.lake.rewrite import rewrite_groups
 
 from pi_jobs.maintenance._lock import maintenance_lock
+
+if TYPE_CHECKING:
+    import pyarrow as pa
 
 log = logging.getLogger(__name__)
 
@@ -109,6 +113,19 @@ def _file_counts(layout: LakeLayout, names: tuple[str, ...]) -> dict[str, int]:
     return out
 
 
+def legacy_files(markers: pa.Table) -> set[str]:
+    """Episodes files of markers written before steps locators (steps_file null, steps > 0):
+    their groups are left alone, since their rows cannot be moved with a locator."""
+    import pyarrow.compute as pc
+
+    if not markers.num_rows:
+        return set()
+    no_locator = pc.and_(
+        pc.is_null(markers.column("steps_file")), pc.greater(markers.column("step_count"), 0)
+    )
+    return set(markers.filter(no_locator).column("file").to_pylist())
+
+
 def choose_groups(groups: tuple[FileGroup, ...], legacy: set[str], config: CompactConfig) -> list[FileGroup]:
     """The small file groups worth merging: below `small_group_bytes`, written with locators,
     and at least two of them (one small group merged alone gains nothing)."""
@@ -130,8 +147,6 @@ def compact(
         >>> compact(LakeLayout("/data/lake")).files_after["steps"]
         3
     """
-    import pyarrow.compute as pc
-
     config = config or CompactConfig()
     say = progress or log.info
     started = time.monotonic()
@@ -139,14 +154,7 @@ def compact(
     report = CompactReport(files_before=_file_counts(layout, names))
     with maintenance_lock(layout, "compact"):
         lake = read_lake_files(layout)
-        no_locator = pc.and_(
-            pc.is_null(lake.markers.column("steps_file")), pc.greater(lake.markers.column("step_count"), 0)
-        )
-        legacy = (
-            set(lake.markers.filter(no_locator).column("file").to_pylist())
-            if lake.markers.num_rows
-            else set()
-        )
+        legacy = legacy_files(lake.markers)
         chosen = choose_groups(lake.groups, legacy, config)
         report.skipped_legacy_groups = sum(1 for g in lake.groups if set(g.episodes_files) & legacy)
         say(
