@@ -30,12 +30,13 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.scale._legs import prefixed_result, worst_worker
 
 PREFIX = "READ_SIDE_RESULT "
 MEMORY_TOLERANCE = 0.10
@@ -84,11 +85,7 @@ def run_leg(leg: str, lake: str, host: Path, args: argparse.Namespace) -> dict[s
         cmd += [f"--{flag.replace('_', '-')}", str(getattr(args, flag))]
     cmd += ["--chunk-cache", str(args.chunk_cache), "--episode-cache", str(args.episode_cache)]
     env = {**os.environ, "TMPDIR": str(host), "OPENBLAS_NUM_THREADS": "1"}
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
-    for line in done.stdout.splitlines():
-        if line.startswith(PREFIX):
-            return dict(json.loads(line[len(PREFIX) :]))
-    raise RuntimeError(f"leg {leg} on {lake} failed ({done.returncode}): {done.stderr[-2000:]}")
+    return prefixed_result(cmd, env, PREFIX, f"leg {leg} on {lake}")
 
 
 def _spread(values: list[float]) -> dict[str, float]:
@@ -97,10 +94,6 @@ def _spread(values: list[float]) -> dict[str, float]:
         "min": round(min(values), 3),
         "max": round(max(values), 3),
     }
-
-
-def _worst(leg: dict[str, Any], key: str) -> float:
-    return max(w[key] for w in leg["workers"])
 
 
 def summarize(legs: list[dict[str, Any]], lakes: dict[str, str]) -> dict[str, Any]:
@@ -112,14 +105,19 @@ def summarize(legs: list[dict[str, Any]], lakes: dict[str, str]) -> dict[str, An
             "open_cold_s": _spread([g["open_s"] for g in mine if g["leg"] == "cold"]),
             "open_warm_s": _spread([g["open_s"] for g in mine if g["leg"] == "warm"]),
             **{
-                f"worker_{key}": _spread([_worst(g, key) for g in mine if g["leg"] == "memory"])
+                f"worker_{key}": _spread([worst_worker(g, key) for g in mine if g["leg"] == "memory"])
                 for key in ("uss_mb", "pss_mb", "rss_mb")
             },
         }
     small = [g for g in legs if g["lake"] == "small" and g["leg"] == "memory"]
     big = [g for g in legs if g["lake"] == "big" and g["leg"] == "memory"]
     for key in ("uss_mb", "pss_mb", "rss_mb"):
-        ratios = [_worst(b, key) / _worst(s, key) for s in small for b in big if s["repeat"] == b["repeat"]]
+        ratios = [
+            worst_worker(b, key) / worst_worker(s, key)
+            for s in small
+            for b in big
+            if s["repeat"] == b["repeat"]
+        ]
         spread = _spread(ratios)
         out[f"worker_{key}_big_vs_small"] = {
             **spread,

@@ -28,12 +28,13 @@ import json
 import os
 import shutil
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from benchmarks.scale._legs import prefixed_result, worst_worker
 
 PREFIX = "WORKER_MEMORY_RESULT "
 FIELDS = ("hwm_mb", "rss_anon_mb", "rss_shmem_mb", "uss_mb", "pss_mb")
@@ -97,11 +98,7 @@ def run_leg(lake: str, trim: str, host: Path, args: argparse.Namespace) -> dict[
     env.pop("PILAKE_LOADER_HEAP_TRIM", None)
     if trim == "off":
         env["PILAKE_LOADER_HEAP_TRIM"] = "off"
-    done = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=900, check=False)
-    for line in done.stdout.splitlines():
-        if line.startswith(PREFIX):
-            return dict(json.loads(line[len(PREFIX) :]))
-    raise RuntimeError(f"leg on {lake} (trim {trim}) failed ({done.returncode}): {done.stderr[-2000:]}")
+    return prefixed_result(cmd, env, PREFIX, f"leg on {lake} (trim {trim})")
 
 
 def _spread(values: list[float]) -> dict[str, Any]:
@@ -113,10 +110,6 @@ def _spread(values: list[float]) -> dict[str, Any]:
     }
 
 
-def _worst(leg: dict[str, Any], key: str) -> float:
-    return float(max(w[key] for w in leg["workers"]))
-
-
 def summarize(legs: list[dict[str, Any]]) -> dict[str, Any]:
     out: dict[str, Any] = {}
     for trim in ("off", "on"):
@@ -125,12 +118,12 @@ def summarize(legs: list[dict[str, Any]]) -> dict[str, Any]:
         }
         block: dict[str, Any] = {}
         for lake, got in mine.items():
-            block[lake] = {f"worker_{key}": _spread([_worst(g, key) for g in got]) for key in FIELDS}
+            block[lake] = {f"worker_{key}": _spread([worst_worker(g, key) for g in got]) for key in FIELDS}
             block[lake]["heap_trims"] = _spread([g["heap_trims"] for g in got])
             block[lake]["heap_trim_cpu_ms"] = _spread([g["heap_trim_cpu_ms"] for g in got])
         for key in FIELDS:
             ratios = [
-                _worst(b, key) / _worst(s, key)
+                worst_worker(b, key) / worst_worker(s, key)
                 for s in mine["small"]
                 for b in mine["big"]
                 if s["repeat"] == b["repeat"]
