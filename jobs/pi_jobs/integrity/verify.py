@@ -241,15 +241,15 @@ def _table_state(layout: LakeLayout, table: str) -> tuple[dict[str, int] | None,
 
 
 def _checks(
-    layout: LakeLayout, todo: list[tuple[str, str, int]], required: set[str], workers: int
+    layout: LakeLayout, to_check: list[tuple[str, str, int]], required: set[str], workers: int
 ) -> Iterator[FileResult]:
-    """Each file's checks, in the order of `todo`: here, or in `workers` processes."""
+    """Each file's checks, in the order of `to_check`: here, or in `workers` processes."""
     from pi_format.lake import table_filesystem
 
     if workers > 1:
-        yield from check_files(layout, todo, required, workers=workers)
+        yield from check_files(layout, to_check, required, workers=workers)
         return
-    for table, path, size in todo:
+    for table, path, size in to_check:
         fs, base = table_filesystem(layout.table(table))
         yield check_file(fs, base, table, path, size, require_crc=table in required)
 
@@ -293,32 +293,32 @@ def verify_lake(
     done = _load_state(config, layout)
     done = {k: v for k, v in done.items() if k in {_state_key(t, p) for t, p, _ in work}}
     report.files_resumed = len(done)
-    todo = [(t, p, s) for t, p, s in work if _state_key(t, p) not in done]
+    to_check = [(t, p, s) for t, p, s in work if _state_key(t, p) not in done]
     saved = time.monotonic()
     corrupt = sum(1 for v in done.values() if v["status"] == "corrupt")
     bar = tqdm(
-        total=sum(s for _, _, s in todo),
+        total=sum(s for _, _, s in to_check),
         unit="B",
         unit_scale=True,
         desc="verify",
         disable=not progress,
-        postfix={"files": f"0/{len(todo)}", "corrupt": corrupt},
+        postfix={"files": f"0/{len(to_check)}", "corrupt": corrupt},
     )
-    checks = _checks(layout, todo, required, config.workers)
+    checks = _checks(layout, to_check, required, config.workers)
     with bar:
-        for n, ((table, path, size), result) in enumerate(zip(todo, checks, strict=True), 1):
+        for n, ((table, path, size), result) in enumerate(zip(to_check, checks, strict=True), 1):
             done[_state_key(table, path)] = result.as_dict()
             report.files_checked += 1
             report.bytes_checked += result.bytes
             corrupt += result.status == "corrupt"
             bar.update(size)
-            bar.set_postfix(files=f"{n}/{len(todo)}", corrupt=corrupt)
+            bar.set_postfix(files=f"{n}/{len(to_check)}", corrupt=corrupt)
             if time.monotonic() - saved >= _STATE_EVERY_S:
                 _save_state(config, layout, done)
                 saved = time.monotonic()
                 if say is not None and not progress:
                     mb = report.bytes_checked / 1e6
-                    say(f"verify: {n}/{len(todo)} files, {mb:.1f} MB, {corrupt} corrupt")
+                    say(f"verify: {n}/{len(to_check)} files, {mb:.1f} MB, {corrupt} corrupt")
     _save_state(config, layout, done)
     results = [FileResult.from_dict(done[_state_key(t, p)]) for t, p, _ in work]
     for r in results:
