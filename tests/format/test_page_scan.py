@@ -45,11 +45,12 @@ def _page_by_page(data: bytes, metadata: Any, strict: bool) -> int | None:
         return None
     if listed is None:
         return None
-    pages = 0
+    pages = previous_end = 0
     for chunk in listed:
         first, length, _, num_values, _ = chunk
-        if first < 4 or length <= 0 or first + length > len(data):
-            return None
+        if first < max(4, previous_end) or length <= 0 or first + length > len(data):
+            return None  # outside the file, or over the chunk before it (as `walk` treats it)
+        previous_end = first + length
         walked = page_walk._walk_from(data, memoryview(data), first, chunk)
         if walked is None or (strict and walked[1] != num_values):
             return None
