@@ -9,11 +9,16 @@ in-band part with the buffers as zero-copy views of the map. Every worker then r
 pages, so a worker's private memory no longer grows with the selection. The file lives while
 the main process holds it (`SharedDatasetImage.close`, or its exit); a memfd leaves nothing
 behind even after a SIGKILL.
+
+With an `EpisodeTable` (the loader's workers), the per-episode arrays are not in the file at all:
+the pickle holds a tag for each, and the worker gets each batch's rows with its task
+(`_batch_episodes`), so its memory does not grow with the selection, not even in shared pages.
 """
 
 from __future__ import annotations
 
 import contextlib
+import io
 import mmap
 import os
 import pickle
@@ -23,6 +28,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from pi_loader._errors import PiLoaderError
+from pi_loader.delivery._batch_episodes import BatchEpisodes, EpisodeTable
 
 # Buffers smaller than this stay in the pickle (a map costs a page per buffer at least).
 _OUT_OF_BAND_BYTES = 64 * 1024
@@ -38,11 +44,31 @@ class SharedDatasetRef:
     size_bytes: int
     payload: bytes
     spans: tuple[tuple[int, int], ...]  # (offset, length) of each out-of-band buffer
+    per_batch: bool = False  # pickled with an EpisodeTable: per-episode arrays come per batch
 
     def load(self) -> Any:
         """The Dataset, its large arrays read-only views of the shared file."""
-        if not self.spans:
-            return pickle.loads(self.payload)
+        if self.per_batch:
+            raise PiLoaderError("this dataset image leaves its per-episode arrays out: use load_per_batch()")
+        return self._load(None)
+
+    def load_per_batch(self) -> tuple[Any, BatchEpisodes]:
+        """The Dataset whose per-episode arrays answer for the batch installed in the returned
+        `BatchEpisodes` (an image made with an `EpisodeTable`)."""
+        episodes = BatchEpisodes()
+        return self._load(episodes), episodes
+
+    def _load(self, episodes: BatchEpisodes | None) -> Any:
+        buffers: list[Any] = []
+        if self.spans:
+            view = memoryview(self._map())
+            buffers = [view[offset : offset + n] for offset, n in self.spans]
+        unpickler = pickle.Unpickler(io.BytesIO(self.payload), buffers=buffers)
+        if episodes is not None:
+            unpickler.persistent_load = episodes.proxy  # type: ignore[method-assign]
+        return unpickler.load()
+
+    def _map(self) -> mmap.mmap:
         try:
             fd = os.open(self.path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
         except OSError as err:
@@ -60,8 +86,7 @@ class SharedDatasetRef:
             shared = mmap.mmap(fd, self.size_bytes, access=mmap.ACCESS_READ)
         finally:
             os.close(fd)
-        view = memoryview(shared)
-        return pickle.loads(self.payload, buffers=[view[offset : offset + n] for offset, n in self.spans])
+        return shared
 
 
 class SharedDatasetImage:
@@ -74,7 +99,7 @@ class SharedDatasetImage:
         >>> image.close()
     """
 
-    def __init__(self, dataset: Any) -> None:
+    def __init__(self, dataset: Any, episodes: EpisodeTable | None = None) -> None:
         buffers: list[pickle.PickleBuffer] = []
 
         def out_of_band(buffer: pickle.PickleBuffer) -> bool:
@@ -83,7 +108,12 @@ class SharedDatasetImage:
             buffers.append(buffer)
             return False
 
-        payload = pickle.dumps(dataset, protocol=5, buffer_callback=out_of_band)
+        out = io.BytesIO()
+        pickler = pickle.Pickler(out, protocol=5, buffer_callback=out_of_band)
+        if episodes is not None:
+            pickler.persistent_id = episodes.persistent_id  # type: ignore[method-assign]
+        pickler.dump(dataset)
+        payload = out.getvalue()
         spans: list[tuple[int, int]] = []
         size = 0
         for buffer in buffers:
@@ -102,7 +132,9 @@ class SharedDatasetImage:
             except BaseException:
                 self.close()
                 raise
-        self.ref = SharedDatasetRef(path=path, size_bytes=size, payload=payload, spans=tuple(spans))
+        self.ref = SharedDatasetRef(
+            path=path, size_bytes=size, payload=payload, spans=tuple(spans), per_batch=episodes is not None
+        )
 
     @property
     def shared_bytes(self) -> int:

@@ -6,6 +6,8 @@ many in flight as its `InFlightPlan` allows (growing while it still waits for ba
 hands the batches back in order, so the number of workers changes speed, never the batches. A worker
 (`_worker_main`) builds each batch with `Dataset.samples`, writing frames into the batch's
 shared-memory slot (`_shared_batches`) when there is one, so images cross without pickling.
+A Dataset's worker holds no per-episode array of the selection: each task carries the rows of
+its batch's episodes (`_batch_episodes`), so a worker's memory does not grow with the selection.
 """
 
 from __future__ import annotations
@@ -22,6 +24,7 @@ import numpy as np
 
 from pi_loader._errors import PiLoaderError, WorkerError
 from pi_loader._processes import context
+from pi_loader.delivery._batch_episodes import EpisodeTable
 from pi_loader.delivery._heap import HeapTrimmer, TrimPolicy
 from pi_loader.delivery._in_flight import InFlightPlan
 from pi_loader.delivery._shared_batches import ArrayPlacement, SlotPool, SlotTicket, SlotWriter, aligned_bytes
@@ -84,7 +87,10 @@ def _worker_main(
 ) -> None:
     # Runs in a worker process: build batches until told to stop (None).
     os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
-    dataset: Dataset | Mixture = shared.load()
+    if shared.per_batch:  # each task carries its batch's per-episode rows
+        dataset, episodes = shared.load_per_batch()
+    else:
+        dataset, episodes = shared.load(), None
     # The process that made this worker, whichever start method: with forkserver the OS parent
     # is the forkserver (alive as long as its workers are), so getppid() would never change
     # when the loader's process dies; multiprocessing's parent sentinel does.
@@ -109,7 +115,9 @@ def _worker_main(
             # the exit until close() terminates the worker after its timeout).
             results.cancel_join_thread()
             return
-        generation, batch_number, indices, ticket = task
+        generation, batch_number, indices, ticket, rows = task
+        if episodes is not None:
+            episodes.install(rows)
         before = {**read_counters(dataset), **trims_sent}
         try:
             if build is None:
@@ -179,6 +187,7 @@ class WorkerPool:
         self._results: Any = None
         self._generation = 0
         self._image: SharedDatasetImage | None = None
+        self._episodes: EpisodeTable | None = None
         # prefetch depth after the latest batch handed out (read by pi_loader.delivery._metrics): built
         # and waiting, and requested but not handed out
         self.ready_batches = 0
@@ -201,7 +210,10 @@ class WorkerPool:
         self._results = ctx.Queue()
         self._tasks = ctx.Queue()
         # the Dataset's large arrays travel once, through a file every worker maps
-        self._image = SharedDatasetImage(self._dataset)
+        # (a Dataset built by Dataset.samples: without its per-episode arrays, sent per batch)
+        if isinstance(self._dataset, Dataset) and self._build is None:
+            self._episodes = EpisodeTable(self._dataset)
+        self._image = SharedDatasetImage(self._dataset, episodes=self._episodes)
         # read here, not in the worker: a forkserver started earlier keeps the environment it had
         trim = TrimPolicy.from_env()
         for w in range(self._num_workers):
@@ -230,7 +242,8 @@ class WorkerPool:
                     slot = self._pool.acquire()
                     self._slots[(generation, sent)] = slot
                     ticket = slot.ticket
-                self._tasks.put((generation, sent, work[sent], ticket))
+                rows = None if self._episodes is None else self._episodes.rows(work[sent])
+                self._tasks.put((generation, sent, work[sent], ticket, rows))
                 sent += 1
             while b not in done and self._receive(generation, done, block=False):
                 pass
@@ -301,6 +314,7 @@ class WorkerPool:
         if self._image is not None:
             self._image.close()
             self._image = None
+        self._episodes = None
         if self._pool is not None:
             self._pool.close()
             self._pool = None
