@@ -143,15 +143,38 @@ def write_file(
             # of its own, and a flipped bit decodes to wrong values of the right size
             write_page_checksum=True,
         )
+        # one writer call per run of equal row groups (a video file's thousands of one-row
+        # groups in one call): a call per row group was 0.2 ms of Python each, most of a
+        # compaction's time (SPEC.md §7.8 layout unchanged: the writer cuts the run at `rows`);
+        # and contiguous columns: the writer's per-row-group cost over a table of one chunk per
+        # episode (a rewrite's concatenated slices) was 4x that over one chunk (measured: 12,000
+        # one-row video groups 6.7 s vs 1.7 s, the combine 0.12 s)
+        table = table.combine_chunks()
         start = 0
-        for rows in row_group_rows:
-            writer.write_table(table.slice(start, rows), row_group_size=rows)
-            start += rows
+        for rows, count in row_group_runs(row_group_rows):
+            writer.write_table(table.slice(start, rows * count), row_group_size=rows)
+            start += rows * count
         writer.close()
     size = fs.get_file_info(f"{base}/{name}").size
     return WrittenFile(
         relative_path=name, size_bytes=int(size), num_rows=table.num_rows, stats_json=_delta_stats(table)
     )
+
+
+def row_group_runs(row_group_rows: Sequence[int]) -> list[tuple[int, int]]:
+    """`row_group_rows` as (rows, count) runs of consecutive equal sizes, in order.
+
+    Example:
+        >>> row_group_runs([1, 1, 1, 64, 64, 22])
+        [(1, 3), (64, 2), (22, 1)]
+    """
+    runs: list[tuple[int, int]] = []
+    for rows in row_group_rows:
+        if runs and runs[-1][0] == rows:
+            runs[-1] = (rows, runs[-1][1] + 1)
+        else:
+            runs.append((rows, 1))
+    return runs
 
 
 def sort_steps(steps: pa.Table, group_steps: int = STEPS_ROW_GROUP_STEPS) -> tuple[pa.Table, list[int]]:
