@@ -19,6 +19,11 @@ they returned are recorded. With `--cold-host` every leg gets a fresh host index
 instead (its workers index every file they read: the case where glibc keeps the most). Legs
 alternate (small/big x off/on) inside each repeat, so load drifts hit all alike. Ratios big/small
 are taken repeat by repeat, per trim setting.
+
+Workers hold no per-episode array of the selection: each task carries its batch's episodes' rows
+(pi_loader.delivery._batch_episodes). What that costs the main process is measured per leg:
+`EpisodeTable.rows` for the leg's own batches, repeated, with and without the task queue's
+pickling (`main_rows_us_per_batch`, thread CPU).
 """
 
 from __future__ import annotations
@@ -80,14 +85,44 @@ def _leg(args: argparse.Namespace) -> dict[str, Any]:
     stats = loader.stats()
     loader.close()
     del cpu0
+    rows_us = _rows_cost_us(ds, args.batches, args.batch_size)
     return {
         "episodes": len(ds.episode_ids),
+        "table_versions": ds.table_versions,  # the big lake may be compacted meanwhile
         "samples": stats.samples,
         "workers": workers,
         "heap_trims": stats.heap_trims,
         "heap_trim_cpu_ms": round(stats.heap_trim_cpu_us / 1000, 2),
         "heap_trim_returned_mb": round(stats.heap_trim_returned_bytes / 2**20, 1),
+        "main_rows_us_per_batch": rows_us,
     }
+
+
+def _rows_cost_us(ds: Any, batches: int, batch_size: int) -> dict[str, float]:
+    """Main-process CPU (this thread) of the per-batch episode rows a task carries, in us per
+    batch: the leg's shuffled batches (seed 0, epoch 0), each made 20 times, median of 5 rounds;
+    "rows" makes them, "rows_and_pickle" also pickles them as the task queue does."""
+    from multiprocessing.reduction import ForkingPickler
+
+    from pi_loader.delivery._batch_episodes import EpisodeTable
+    from pi_loader.order._order import sample_order
+
+    table = EpisodeTable(ds)
+    order = sample_order(len(ds), seed=0, epoch=0)[: batches * batch_size]
+    work = [order[i : i + batch_size] for i in range(0, len(order), batch_size)]
+    out: dict[str, float] = {}
+    for label, pickled in (("rows", False), ("rows_and_pickle", True)):
+        rounds = []
+        for _ in range(5):
+            t0 = time.thread_time()
+            for _ in range(20):
+                for flat in work:
+                    rows = table.rows(flat)
+                    if pickled:
+                        ForkingPickler.dumps(rows)
+            rounds.append((time.thread_time() - t0) / (20 * len(work)) * 1e6)
+        out[label] = round(statistics.median(rounds), 1)
+    return out
 
 
 def run_leg(lake: str, trim: str, host: Path, args: argparse.Namespace) -> dict[str, Any]:
@@ -121,6 +156,11 @@ def summarize(legs: list[dict[str, Any]]) -> dict[str, Any]:
             block[lake] = {f"worker_{key}": _spread([worst_worker(g, key) for g in got]) for key in FIELDS}
             block[lake]["heap_trims"] = _spread([g["heap_trims"] for g in got])
             block[lake]["heap_trim_cpu_ms"] = _spread([g["heap_trim_cpu_ms"] for g in got])
+            if all("main_rows_us_per_batch" in g for g in got):
+                for part in ("rows", "rows_and_pickle"):
+                    block[lake][f"main_{part}_us_per_batch"] = _spread(
+                        [g["main_rows_us_per_batch"][part] for g in got]
+                    )
         for key in FIELDS:
             ratios = [
                 worst_worker(b, key) / worst_worker(s, key)

@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 from pi_loader import Dataset, Loader, SampleSpec, ShardSpec
 from pi_loader._errors import PiLoaderError
-from pi_loader.delivery._batch_episodes import BatchEpisodes, EpisodeTable
+from pi_loader.delivery._batch_episodes import BatchEpisodes, EpisodeRows, EpisodeTable
 from pi_loader.delivery._shared_dataset import SharedDatasetImage, SharedDatasetRef
 from pi_loader.reading._packed import PackedStrings
 from pi_loader.samples._sample_index import SampleIndex
@@ -159,3 +159,38 @@ def test_worker_batches_from_per_batch_rows_are_identical(
         assert list(a) == list(b)
         for key in a:
             assert np.array_equal(np.asarray(a[key]), np.asarray(b[key])), key
+
+
+def test_rows_that_do_not_fit_their_layout_are_refused_and_good_rows_still_serve(
+    loader_lake: FakeLake,
+) -> None:
+    ds = Dataset(loader_lake.layout, action_horizon=3)
+    table = EpisodeTable(ds)
+    episodes = BatchEpisodes()
+    lengths = episodes.proxy(table.persistent_id(ds._index.lengths))
+    good = table.rows(np.arange(len(ds)))
+    rng = np.random.default_rng(11)
+    bad: list[EpisodeRows] = [
+        EpisodeRows(good.count, good.layout, good.text_bytes, good.data[:-1]),  # cut short
+        EpisodeRows(good.count, good.layout, good.text_bytes, good.data + b"\0"),  # grown
+        EpisodeRows(good.count + 1, good.layout, good.text_bytes, good.data),
+        EpisodeRows(good.count, good.layout, (), good.data),
+        EpisodeRows(good.count, (("keys", "int64", ()), ("offsets", "bogus", ())), (), good.data),
+        EpisodeRows(
+            2, (("keys", "int64", ()), ("offsets", "int64", ())), (), np.array([3, 1, 0, 0]).tobytes()
+        ),
+    ]
+    for _ in range(20):  # seeded garbage of the right size, and of random sizes
+        size = len(good.data) if rng.random() < 0.5 else int(rng.integers(0, 2 * len(good.data)))
+        garbage = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
+        bad.append(EpisodeRows(good.count, good.layout, good.text_bytes, garbage))
+    refused = 0
+    for rows in bad:
+        try:
+            episodes.install(rows)
+        except PiLoaderError as err:
+            assert "do not fit their layout" in str(err)
+            refused += 1
+    assert refused >= 6  # the hand-made ones; right-sized garbage may well parse (keys sorted)
+    episodes.install(good)
+    assert [int(lengths[e]) for e in range(len(ds.episode_ids))] == ds.lengths.tolist()

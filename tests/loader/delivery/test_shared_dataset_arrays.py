@@ -2,7 +2,9 @@
 (`pi_loader.delivery._shared_dataset`), never from a copy of its own: every such array it holds
 (sample index, locators, packed ids, video sizes) is a read-only view of that mapping, whatever
 the selection's size. What a copy would cost: ~110 bytes per selected episode in every worker,
-110 MB each at 1,000,000 episodes (benchmarks/scale/read_side.py measures USS and PSS)."""
+110 MB each at 1,000,000 episodes (benchmarks/scale/read_side.py measures USS and PSS).
+A Dataset's own Loader workers now get no per-episode array at all (test_batch_episodes); the
+shared file still carries a Mixture's and the nvdec builder's."""
 
 from __future__ import annotations
 
