@@ -10,8 +10,9 @@ files are indexed and glibc keeps hundreds of MB without the trim): it opens `pi
 takes `--batches` shuffled batches through a `pi_loader.Loader` with `--workers` workers and the
 scale probe's cache settings
 (benchmarks/scale/_probe.py: chunk cache 64, episode cache 32, default footer and steps caches),
-then reads each worker's memory: VmHWM (peak RSS: the figure `scale.json` judges), RssAnon
-(private heap), RssShmem (pages of the shared Dataset image and batch slots it has touched:
+then reads each worker's memory: VmHWM (peak RSS: the figure `scale.json` judges), VmRSS,
+RssAnon (private heap), RssFile (mapped files: libraries, this host's file indexes), RssShmem
+(pages of the batch slots, and of the shared Dataset image where there is one, it has touched:
 shared with every other worker and the main process, counted once per host), USS and PSS
 (psutil, smaps_rollup). `PILAKE_LOADER_HEAP_TRIM` is "off" or unset (the default budget) per
 leg (pi_loader.delivery._heap), and the loader's own count of trims, their CPU and the bytes
@@ -42,7 +43,7 @@ from typing import Any
 from benchmarks.scale._legs import prefixed_result, worst_worker
 
 PREFIX = "WORKER_MEMORY_RESULT "
-FIELDS = ("hwm_mb", "rss_anon_mb", "rss_shmem_mb", "uss_mb", "pss_mb")
+FIELDS = ("hwm_mb", "rss_mb", "rss_anon_mb", "rss_file_mb", "rss_shmem_mb", "uss_mb", "pss_mb")
 
 
 def _status_mb(pid: int, field: str) -> float:
@@ -75,7 +76,9 @@ def _leg(args: argparse.Namespace) -> dict[str, Any]:
         workers.append(
             {
                 "hwm_mb": round(_status_mb(pid, "VmHWM"), 1),
+                "rss_mb": round(_status_mb(pid, "VmRSS"), 1),
                 "rss_anon_mb": round(_status_mb(pid, "RssAnon"), 1),
+                "rss_file_mb": round(_status_mb(pid, "RssFile"), 1),
                 "rss_shmem_mb": round(_status_mb(pid, "RssShmem"), 1),
                 "uss_mb": round(info.uss / 2**20, 1),
                 "pss_mb": round(info.pss / 2**20, 1),
