@@ -33,13 +33,15 @@ def compact_windows(
     *,
     max_windows: int | None = None,
     stop_file: Path | None = None,
+    episodes_only: bool = False,
     record: Callable[[dict[str, Any]], None] | None = None,
     say: Callable[[str], None] = print,
 ) -> dict[str, Any]:
     """Merge the lake's small file groups (CompactConfig defaults) `window_groups` at a time,
     one commit per window; returns the figures (files before and after, windows, seconds).
     With `stop_file`, stops before the next window once that file exists (whole windows kept);
-    `record(figures)` is called after every window (figures so far).
+    `record(figures)` is called after every window (figures so far). With `episodes_only`, each
+    window merges only its groups' episodes files (`pilake compact --episodes-only`).
 
     Example:
         >>> compact_windows(Path("/data/lake"), 280)["files_after"]["episodes"]
@@ -47,6 +49,7 @@ def compact_windows(
     from pi_format import LakeLayout
     from pi_format.lake.file_groups import read_lake_files
     from pi_format.lake.rewrite import rewrite_groups
+    from pi_format.lake.rewrite_markers import merge_markers
     from pi_jobs.maintenance._lock import maintenance_lock
     from pi_jobs.maintenance.compaction import CompactConfig, _file_counts, choose_groups, legacy_files
 
@@ -54,11 +57,16 @@ def compact_windows(
         raise ValueError(
             f"window_groups must be >= 2 (one group merged alone gains nothing), got {window_groups}"
         )
-    config = CompactConfig()
+    config = CompactConfig(episodes_only=episodes_only)
+    rewrite = merge_markers if episodes_only else rewrite_groups
     layout = LakeLayout(str(lake))
     names = ("steps", "video", "episodes")
     started = time.monotonic()
-    out: dict[str, Any] = {"files_before": _file_counts(layout, names), "windows": []}
+    out: dict[str, Any] = {
+        "files_before": _file_counts(layout, names),
+        "episodes_only": episodes_only,
+        "windows": [],
+    }
     with maintenance_lock(layout, "compact"):
         planned = time.monotonic()
         files = read_lake_files(layout)
@@ -87,9 +95,7 @@ def compact_windows(
                 say(f"compact: {out['stopped']}")
                 break
             t = time.monotonic()
-            result = rewrite_groups(
-                layout, window, target_file_bytes=config.target_file_bytes, writer_id="compact"
-            )
+            result = rewrite(layout, window, target_file_bytes=config.target_file_bytes, writer_id="compact")
             took = round(time.monotonic() - t, 1)
             out["windows"].append(
                 {
@@ -118,6 +124,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--window-groups", type=int, default=280, help="small file groups per commit")
     parser.add_argument("--max-windows", type=int, default=None, help="stop after this many windows")
     parser.add_argument("--json", type=Path, default=None, help="write the figures here")
+    parser.add_argument(
+        "--episodes-only",
+        action="store_true",
+        help="merge only episodes files (pilake compact --episodes-only)",
+    )
     parser.add_argument("--stop-file", type=Path, default=None, help="stop between windows once it exists")
     args = parser.parse_args(argv)
     figures = compact_windows(
@@ -125,6 +136,7 @@ def main(argv: list[str] | None = None) -> int:
         args.window_groups,
         max_windows=args.max_windows,
         stop_file=args.stop_file,
+        episodes_only=args.episodes_only,
         record=None if args.json is None else lambda f: args.json.write_text(json.dumps(f, indent=2)),
         say=lambda s: print(s, flush=True),
     )

@@ -15,6 +15,7 @@ def _cmd_compact(settings: Settings, args: argparse.Namespace) -> int:
     config = CompactConfig(
         target_file_bytes=int(args.target_file_mb * 1024 * 1024),
         small_group_bytes=int(min(args.small_group_mb, args.target_file_mb) * 1024 * 1024),
+        episodes_only=args.episodes_only,
     )
     report = compact(LakeLayout(settings.lake_root), config, progress=print)
     for line in report.lines():
@@ -83,6 +84,12 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     )
     p.add_argument("--target-file-mb", type=float, default=128.0, help="size of a merged file group")
     p.add_argument("--small-group-mb", type=float, default=32.0, help="file groups below this are merged")
+    p.add_argument(
+        "--episodes-only",
+        action="store_true",
+        help="merge only the small groups' episodes files (steps and video stay): fast, for a lake "
+        "grown without compaction whose open is slow; a later plain `pilake compact` merges the rest",
+    )
     p.set_defaults(func=_cmd_compact)
 
     p = sub.add_parser("gc", help="remove superseded, deleted and uncommitted rows and unneeded files")

@@ -32,6 +32,7 @@ from typing import TYPE_CHECKING
 from pi_format import LakeLayout
 from pi_format.lake.file_groups import FileGroup, read_lake_files
 from pi_format.lake.rewrite import rewrite_groups
+from pi_format.lake.rewrite_markers import merge_markers
 
 from pi_jobs.maintenance._lock import maintenance_lock
 
@@ -61,6 +62,11 @@ class CompactConfig:
     small_group_bytes: int = 32 * 1024 * 1024
     binpack_tables: tuple[str, ...] = BINPACKED_TABLES
     writer_id: str = "compact"
+    # Merge only the small groups' episodes files (`pi_format.lake.rewrite_markers`), leaving
+    # steps and video files where they are: minutes instead of hours for a lake grown without
+    # hourly compaction (its open pays per episodes file); a later full compaction still merges
+    # the steps and video files. Off by default: a full compaction leaves fewer files of every table.
+    episodes_only: bool = False
 
     def __post_init__(self) -> None:
         if self.target_file_bytes < 1:
@@ -126,13 +132,24 @@ def legacy_files(markers: pa.Table) -> set[str]:
     return set(markers.filter(no_locator).column("file").to_pylist())
 
 
+def fragmented(group: FileGroup) -> bool:
+    """A group of more than one steps or video file: what a marker merge (`episodes_only`)
+    leaves; a full rewrite merges it into one file per table whatever its size."""
+    return len(group.steps_files) > 1 or len(group.video_files) > 1
+
+
 def choose_groups(groups: tuple[FileGroup, ...], legacy: set[str], config: CompactConfig) -> list[FileGroup]:
-    """The small file groups worth merging: below `small_group_bytes`, written with locators,
-    and at least two of them (one small group merged alone gains nothing)."""
-    small = [
-        g for g in groups if g.size_bytes < config.small_group_bytes and not (set(g.episodes_files) & legacy)
+    """The file groups worth merging, written with locators: those below `small_group_bytes`
+    (at least two of them: one small group merged alone gains nothing) and, for a full
+    compaction, the fragmented ones (`fragmented`: a marker merge's groups)."""
+    chosen = [
+        g
+        for g in groups
+        if (g.size_bytes < config.small_group_bytes or (not config.episodes_only and fragmented(g)))
+        and not (set(g.episodes_files) & legacy)
     ]
-    return small if len(small) >= 2 else []
+    worth = len(chosen) >= 2 or (not config.episodes_only and any(fragmented(g) for g in chosen))
+    return chosen if worth else []
 
 
 def compact(
@@ -168,7 +185,8 @@ def compact(
                 last[0] = time.monotonic()
                 say(f"compact: {done}/{total} file groups read and rewritten")
 
-        result = rewrite_groups(
+        rewrite = merge_markers if config.episodes_only else rewrite_groups
+        result = rewrite(
             layout,
             chosen,
             target_file_bytes=config.target_file_bytes,
