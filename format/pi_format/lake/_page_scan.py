@@ -101,7 +101,7 @@ def _headers(buf: np.ndarray, pos: np.ndarray) -> tuple[np.ndarray, ...]:
 
 
 def scan(
-    data: bytes,
+    data: bytes | memoryview,
     starts: np.ndarray,
     ends: np.ndarray,
     plain: np.ndarray,

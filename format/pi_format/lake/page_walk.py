@@ -172,7 +172,7 @@ def _spans(metadata: Any, paths: list[str]) -> list[Chunk] | None:
 _Page = tuple[int, int, int, int, int, tuple[bytes, ...], int]
 
 
-def _page(data: bytes, view: memoryview, pos: int, end: int) -> _Page | None:
+def _page(data: bytes | memoryview, view: memoryview, pos: int, end: int) -> _Page | None:
     """(type, uncompressed size, stored size, crc, value count, encodings, first body byte) of
     the page at `pos` (count -1 and no encodings for a dictionary page); None for a header that
     does not parse or has no CRC. The lake's common shapes are matched in C; any other (a data
@@ -214,7 +214,7 @@ def _page(data: bytes, view: memoryview, pos: int, end: int) -> _Page | None:
 _ALLOWED: dict[int, frozenset[bytes]] = {}  # the header bytes of an encodings mask
 
 
-def _walk_from(data: bytes, view: memoryview, pos: int, chunk: Chunk) -> tuple[int, int] | None:
+def _walk_from(data: bytes | memoryview, view: memoryview, pos: int, chunk: Chunk) -> tuple[int, int] | None:
     """(pages, data-page values) of the rest of `chunk` from `pos`, page by page; None when a page
     breaks a rule of `walk`."""
     _, _, plain, _, mask = chunk
@@ -244,7 +244,7 @@ def _walk_from(data: bytes, view: memoryview, pos: int, chunk: Chunk) -> tuple[i
     return pages, values
 
 
-def walk(data: bytes, metadata: Any, *, strict: bool) -> int | None:
+def walk(data: bytes | memoryview, metadata: Any, *, strict: bool) -> int | None:
     """The number of pages of the Parquet file `data` (its footer parsed as `metadata`) when every
     column chunk the footer lists is a run of pages that each pass, else None (the slow check
     then decides: it is authoritative). A page passes when its header parses with a CRC, its type
@@ -326,7 +326,7 @@ def pages_intact(path: str) -> bool:
     return walk(data, metadata, strict=False) is not None
 
 
-def check_pages(data: bytes, *, require_crc: bool) -> str:
+def check_pages(data: bytes | memoryview, *, require_crc: bool) -> str:
     """'' when the Parquet file `data` has an intact footer and every page a matching CRC, else
     what is wrong (a page without a CRC is a fault when `require_crc`).
 

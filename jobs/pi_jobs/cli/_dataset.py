@@ -135,7 +135,9 @@ def _cmd_delete(settings: Settings, args: argparse.Namespace) -> int:
 def _cmd_copy(settings: Settings, args: argparse.Namespace) -> int:
     from pi_jobs.datasets import CopyOptions, CopyReport, copy_dataset
 
-    options = CopyOptions(workers=args.workers, part_mib=args.part_mib, readback=args.readback)
+    options = CopyOptions(
+        workers=args.workers, part_mib=args.part_mib, readback=args.readback, digest=args.digest
+    )
     if args.flink or args.cluster:  # a PyFlink batch job (pi_jobs.datasets._flink_copy)
         from pi_jobs.datasets._flink_copy import FlinkCopyOptions, copy_dataset_flink
 
@@ -219,6 +221,9 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
     c.add_argument("--part-mib", type=int, default=64, help="objects larger than this move in parts")
     c.add_argument(
         "--readback", action="store_true", help="read written files back, compare sha256 (2x traffic)"
+    )
+    c.add_argument(
+        "--digest", action="store_true", help="keep a sha256 of every file in the copy manifest (more CPU)"
     )
     c.add_argument("--quiet", action="store_true", help="no progress bar")
     c.add_argument("--json", action="store_true")

@@ -143,6 +143,7 @@ def copy_dataset_flink(
         parallelism=flink.parallelism,
         restart_attempts=flink.restart_attempts,
         log_dir=str((flink.work_dir / "log").absolute()),
+        digest=options.digest,
     )
     job_id, reports = "", list[dict[str, Any]]()
     if shares:

@@ -5,7 +5,7 @@ planned by `pi_jobs.datasets._flink_copy`) -> broadcast -> `CopyShareFunction` a
 parallelism, where subtask i takes the shares numbered i modulo the parallelism (with
 `shares_per_subtask` shares per subtask every subtask gets the same number). A subtask moves its
 shares with the single-process machinery (`pi_jobs.datasets._transfer.Transfers`: many
-transfers in flight, every file verified by its page CRCs and a sha256), keeps a copy manifest
+transfers in flight, every file verified by its page CRCs; a sha256 with `digest`), keeps a copy manifest
 per share at the destination, and writes a *share report* there (`share_report_path`): the facts
 of every file it verified (size, sha256, rows, Delta statistics) and what it did. It commits
 nothing: the driver commits the destination's files, rows and pin once every share reported
@@ -52,6 +52,7 @@ class ShareSettings:
     parallelism: int
     restart_attempts: int
     log_dir: str
+    digest: bool = False  # a sha256 of every file in the manifest (CopyOptions.digest)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -107,6 +108,7 @@ class CopyShareFunction(ProcessFunction):
             workers=s.workers,
             part_bytes=s.part_mib * 2**20,
             readback=s.readback,
+            digest=s.digest,
         )
         done = transfers.run(files)  # CopyError names a file that failed its checks twice
         if set(done) != {f.relative for f in files}:

@@ -96,13 +96,14 @@ class LakeStore:
                     out[f"{directory}/{info.base_name}"] = int(info.size)
         return out
 
-    def read(self, relative: str, *, part_bytes: int, parts: ThreadPoolExecutor | None) -> bytes:
-        """The whole file; a file over `part_bytes` in ranged reads run on `parts`."""
+    def read(self, relative: str, *, part_bytes: int, parts: ThreadPoolExecutor | None) -> bytes | memoryview:
+        """The whole file; a file over `part_bytes` in ranged reads run on `parts`. A file read
+        in one piece is a view of the library's buffer (not copied again into bytes)."""
         path = self.path(relative)
         with self.fs.open_input_file(path) as handle:
             size = int(handle.size())
             if size <= part_bytes or parts is None:
-                return bytes(handle.read())
+                return memoryview(handle.read())
         ranges = [(start, min(part_bytes, size - start)) for start in range(0, size, part_bytes)]
 
         def fetch(span: tuple[int, int]) -> bytes:
@@ -111,7 +112,9 @@ class LakeStore:
 
         return b"".join(parts.map(fetch, ranges))
 
-    def write(self, relative: str, data: bytes, *, check: Callable[[], str] | None = None) -> str:
+    def write(
+        self, relative: str, data: bytes | memoryview, *, check: Callable[[], str] | None = None
+    ) -> str:
         """Write `data` as the file: locally under a temporary name, then renamed into place; to
         S3 through a (multipart) upload that completes on close.
 

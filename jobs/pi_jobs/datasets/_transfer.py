@@ -5,10 +5,11 @@ destination only when they passed (a local file is renamed into place after the 
 that fails is deleted once its upload completed, and was never in a Delta log): their length against
 the source's Delta log, the footer and every page's CRC (`pi_format.lake.page_walk.check_pages`: the
 lake's page shape walked in C-backed code, anything else by `pi_format.lake.check_parquet_file`, the
-machinery `pilake verify` uses), and a sha256 is taken of them at the source (the manifest records
-it). After the writes, the destination's listing must show every file at the source's size; with
-`readback` every written file is also read back and must have the source's sha256 (twice the
-traffic: the page CRCs and the source digest already hold the bytes that were sent). A fault
+machinery `pilake verify` uses), and with `digest` (or `readback`) a sha256 is taken of them at
+the source (the manifest records it; '' when not taken). After the writes, the destination's
+listing must show every file at the source's size; with `readback` every written file is also
+read back and must have the source's sha256 (twice the traffic: the page CRCs already hold the
+bytes that were sent). A fault
 re-fetches once; a second fault fails the copy naming the file. The Delta add action's row count and
 statistics come from the source's log (`FileJob.num_rows`, `stats_json`), so a file is parsed once,
 by the check. A file the destination already holds with the source's size (a copy killed after
@@ -65,16 +66,16 @@ class FileJob:
     stats_json: str = ""
 
 
-def _sha256(data: bytes) -> str:
+def _sha256(data: bytes | memoryview) -> str:
     return hashlib.sha256(data).hexdigest()
 
 
-def _check_pages(data: bytes, require_crc: bool) -> str:
+def _check_pages(data: bytes | memoryview, require_crc: bool) -> str:
     """'' when every page of the Parquet file `data` has a matching CRC, else what is wrong."""
     return check_pages(data, require_crc=require_crc)
 
 
-def _facts(data: bytes) -> tuple[int, str]:
+def _facts(data: bytes | memoryview) -> tuple[int, str]:
     """(rows, Delta add-action statistics) of the Parquet file `data`, as the lake writer records them."""
     import pyarrow.parquet as pq
     from pi_format.lake._files import DATA_SKIPPING_COLUMNS, _delta_stats
@@ -85,17 +86,17 @@ def _facts(data: bytes) -> tuple[int, str]:
     return int(reader.metadata.num_rows), _delta_stats(columns)
 
 
-def _verify(data: bytes, require_crc: bool) -> tuple[str, str]:
-    """(what is wrong or '', sha256) of a file's bytes as read from the source."""
+def _verify(data: bytes | memoryview, require_crc: bool, digest: bool) -> tuple[str, str]:
+    """(what is wrong or '', sha256 or '' when not `digest`) of a file's bytes as read from the source."""
     problem = _check_pages(data, require_crc)
-    return problem, ("" if problem else _sha256(data))
+    return problem, (_sha256(data) if digest and not problem else "")
 
 
 def _check_threads(workers: int) -> int:
     return min(workers, os.cpu_count() or 1)
 
 
-def _job_facts(job: FileJob, data: bytes) -> tuple[int, str]:
+def _job_facts(job: FileJob, data: bytes | memoryview) -> tuple[int, str]:
     if job.num_rows >= 0 and job.stats_json:
         return job.num_rows, job.stats_json
     return _facts(data)
@@ -118,6 +119,7 @@ class Transfers:
         workers: int,
         part_bytes: int,
         readback: bool = False,
+        digest: bool = False,
     ) -> None:
         self.source = source
         self.dest = dest
@@ -126,6 +128,9 @@ class Transfers:
         self.workers = workers
         self.part_bytes = part_bytes
         self.readback = readback
+        # the sha256 is taken only where it is compared (readback) or asked for (the manifest as an
+        # audit record): ~0.75 s of CPU a GiB, ~8% of a copy's; the page CRCs are the check
+        self.digest = digest or readback
         self.counts = TransferCounts()
         self._present: dict[str, int] = {}
         self._checks: ThreadPoolExecutor | None = None  # the source-side checks, beside the writes
@@ -214,7 +219,7 @@ class Transfers:
         data = self.dest.read(job.relative, part_bytes=self.part_bytes, parts=parts)
         if len(data) != job.size or _check_pages(data, job.require_crc):
             return None  # not the source's file (or damaged): send it again
-        done = DoneFile(job.size, _sha256(data), *_job_facts(job, data))
+        done = DoneFile(job.size, _sha256(data) if self.digest else "", *_job_facts(job, data))
         self.manifest.add(job.relative, done)
         with self.counts.lock:
             self.counts.found += 1
@@ -234,10 +239,10 @@ class Transfers:
             # keeps its name at the destination only when it passed (`LakeStore.write`)
             verdict: Future[tuple[str, str]]
             if self._checks is not None:
-                verdict = self._checks.submit(_verify, data, job.require_crc)
+                verdict = self._checks.submit(_verify, data, job.require_crc, self.digest)
             else:
                 verdict = Future()
-                verdict.set_result(_verify(data, job.require_crc))
+                verdict.set_result(_verify(data, job.require_crc, self.digest))
 
             def check(verdict: Future[tuple[str, str]] = verdict) -> str:
                 return verdict.result()[0]
