@@ -111,20 +111,36 @@ class VideoFrames:
     def chunk_index(self) -> ChunkIndex | None:
         return self._chunk_index
 
-    def frame(self, e: int, camera: int, frame_index: int, out: np.ndarray | None = None) -> np.ndarray:
+    def frame(
+        self, e: int, camera: int, frame_index: int, out: np.ndarray | None = None, chunk: Any = None
+    ) -> np.ndarray:
         """The RGB frame `frame_index` of camera number `camera` (in the spec's cameras) of
         episode number `e`, uint8 [H, W, 3]; converted straight into `out` when given (a batch's
-        row of that shape), saving a copy.
+        row of that shape), saving a copy. `chunk`: what `read_chunk(e, camera, frame_index)`
+        returned for this frame, read ahead; read here when None.
 
         Raises:
             PiLoaderError: the video rows do not hold that frame, or it does not decode.
             SnapshotDataMissingError: the video file is gone.
         """
-        chunk = self._chunk(e, camera, frame_index)
+        if chunk is None:
+            chunk = self._chunk(e, camera, frame_index)
         try:
             return chunk.decoder.rgb(frame_index - chunk.first_frame, out)
         except VideoError as err:
             raise PiLoaderError(f"{self._where(e, camera, frame_index)}: {err}") from err
+
+    def read_chunk(self, e: int, camera: int, frame_index: int) -> Any:
+        """The chunk holding frame `frame_index` of camera number `camera` of episode number `e`:
+        read and checked (row, span, page CRC) but not decoded, for `frame(..., chunk=...)`.
+        A batch reads its frames' chunks a run at a time before decoding them
+        (`samples._gather`): the interpreter's reads between two H.264 decodes cost twice what
+        the same reads cost back to back (benchmarks/loader/PROFILE.md, fifth pass).
+
+        Raises:
+            PiLoaderError, CorruptDataError, SnapshotDataMissingError: as `frame` does.
+        """
+        return self._chunk(e, camera, frame_index)
 
     def _chunk(self, e: int, camera: int, frame_index: int) -> _Chunk:
         loc = self._locators

@@ -9,7 +9,8 @@ resized), and normalizes with the selection's pooled statistics.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -24,6 +25,13 @@ from pi_loader.samples._spec import SampleSpec
 IMAGE_KEY_PREFIX = "observation.images."
 HISTORY_PAD_KEY = "observation.images_is_pad"
 _STD_FLOOR = 1e-6  # a constant dimension (std 0) normalizes to 0 instead of dividing by zero
+# Frames whose chunks a batch reads before decoding them, a run at a time: the reads' Python
+# run back to back, and so do the H.264 decodes, instead of one read between two decodes, which
+# made each run slower (in one process on the loader benchmark's lake, 224 px, 3 cameras: the
+# worker path 1.08x the raw decode leg's CPU a sample with reads between decodes, 1.05x in runs
+# of 8, 1.02x in runs of 32; benchmarks/loader/PROFILE.md, fifth pass). A run holds at most this
+# many chunks beyond the chunk cache's own (most of them are in it anyway).
+READ_AHEAD = 32
 # (image key, shape) -> the uint8 array a batch's frames of that key are written into
 ImageAllocator = Callable[[str, tuple[int, ...]], np.ndarray]
 
@@ -138,7 +146,8 @@ class SampleGather:
         chunk are taken in a row, so each chunk is read and decoded at most once per batch even
         with a chunk cache of one, a decoder only ever moves forward, and each episode's video
         file is visited once (its footer is not re-parsed per camera when the footer cache is
-        smaller than the batch's files).
+        smaller than the batch's files). The chunks are read READ_AHEAD frames at a time, then
+        decoded (`_read_ahead`).
         """
         count, slots, cameras = frames.shape
         b_of, j_of, c_of = (a.reshape(-1) for a in np.indices(frames.shape))
@@ -153,31 +162,53 @@ class SampleGather:
             e_of[order].tolist(), b_of[order].tolist(), j_of[order].tolist(), c_of[order].tolist(),
             wanted[order].tolist(), self._sizes[e_of[order]].tolist(), strict=True,
         )  # fmt: skip
-        frame = self._video.frame
-        for e, b, j, c, f, (height, width, *_) in visits:
-            out = outs[c]
-            if direct and out is not None and out.shape[-3] == height and out.shape[-2] == width:
-                frame(e, c, f, out[(b, j) if history else b])
-                continue
-            camera = self._cameras[c]
-            image = self._image(e, c, f)
-            if out is None:
-                shape = (count, *((slots,) if history else ()), *image.shape)
-                key = IMAGE_KEY_PREFIX + camera
-                out = outs[c] = np.empty(shape, np.uint8) if allocate is None else allocate(key, shape)
-            if image.shape != out.shape[-3:]:
-                raise PiLoaderError(
-                    f"camera {camera!r}: episode {self._episode_ids[e]} has {image.shape[1]}x"
-                    f"{image.shape[0]} frames, others in the batch {out.shape[-2]}x"
-                    f"{out.shape[-3]} (width x height); set SampleSpec(resize=(height, width)) "
-                    "to batch them"
-                )
-            out[(b, j) if history else b] = image
+        frame, read = self._video.frame, self._video.read_chunk
+        for run, chunks in _read_ahead(list(visits), read):
+            for (e, b, j, c, f, (height, width, *_)), chunk in zip(run, chunks, strict=True):
+                out = outs[c]
+                if direct and out is not None and out.shape[-3] == height and out.shape[-2] == width:
+                    frame(e, c, f, out[(b, j) if history else b], chunk)
+                    continue
+                out = outs[c] = self._placed_image(e, b, j, c, f, chunk, count, slots, out, history, allocate)
         images: dict[str, np.ndarray] = {}
         for camera, out in zip(self._cameras, outs, strict=True):
             assert out is not None
             images[IMAGE_KEY_PREFIX + camera] = out
         return images
+
+    def _placed_image(
+        self,
+        e: int,
+        b: int,
+        j: int,
+        c: int,
+        f: int,
+        chunk: object,
+        count: int,
+        slots: int,
+        out: np.ndarray | None,
+        history: bool,
+        allocate: ImageAllocator | None,
+    ) -> np.ndarray:
+        """Frame f of camera c of episode e written into the batch's row b (b, j with history),
+        cropped and resized (a frame that cannot go straight from the decoder into the row); the
+        batch's array of camera c allocated for it when `out` is None, its size refused when it
+        does not fit."""
+        camera = self._cameras[c]
+        image = self._image(e, c, f, chunk)
+        if out is None:
+            shape = (count, *((slots,) if history else ()), *image.shape)
+            key = IMAGE_KEY_PREFIX + camera
+            out = np.empty(shape, np.uint8) if allocate is None else allocate(key, shape)
+        if image.shape != out.shape[-3:]:
+            raise PiLoaderError(
+                f"camera {camera!r}: episode {self._episode_ids[e]} has {image.shape[1]}x"
+                f"{image.shape[0]} frames, others in the batch {out.shape[-2]}x"
+                f"{out.shape[-3]} (width x height); set SampleSpec(resize=(height, width)) "
+                "to batch them"
+            )
+        out[(b, j) if history else b] = image
+        return out
 
     def image_shapes(self) -> dict[str, tuple[int, ...]]:
         """Largest shape of one sample's image array per image key (see `Dataset.image_shapes`)."""
@@ -205,8 +236,8 @@ class SampleGather:
             video_height=int(self._sizes[e][0]),
         )
 
-    def _image(self, e: int, camera: int, frame_index: int) -> np.ndarray:
-        rgb = self._video.frame(e, camera, frame_index)
+    def _image(self, e: int, camera: int, frame_index: int, chunk: object = None) -> np.ndarray:
+        rgb = self._video.frame(e, camera, frame_index, chunk=chunk)
         spec = self._spec
         if spec.crop is not None:
             top, left, h, w = spec.crop
@@ -226,6 +257,17 @@ class SampleGather:
             span = stats.max - stats.min
             out = np.where(span > 0, 2.0 * (values - stats.min) / np.where(span > 0, span, 1.0) - 1.0, 0.0)
         return out.astype(np.float32)
+
+
+def _read_ahead(
+    visits: list[tuple[Any, ...]], read: Callable[[int, int, int], object]
+) -> Iterator[tuple[list[tuple[Any, ...]], list[object]]]:
+    """The frame visits (e, b, j, c, f, size) in runs of READ_AHEAD, each with its frames'
+    chunks read (`VideoFrames.read_chunk`) before any of them is decoded. Reads are made in the
+    visits' order, so the chunk cache sees the same gets and puts as one read per decode."""
+    for start in range(0, len(visits), READ_AHEAD):
+        run = visits[start : start + READ_AHEAD]
+        yield run, [read(e, c, f) for e, _, _, c, f, _ in run]
 
 
 def _groups(episodes: np.ndarray) -> list[tuple[int, np.ndarray]]:
