@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import re
 import zlib
+from itertools import chain
 from typing import Any
 
 import numpy as np
@@ -282,7 +283,8 @@ def walk(data: bytes | memoryview, metadata: Any, *, strict: bool) -> int | None
                 return None
             pages += walked[0]
         return pages
-    table = np.array(listed, dtype=np.int64)
+    # one flat pass (np.array of 12,960 tuples: 5.5 ms, this: 2.8)
+    table = np.fromiter(chain.from_iterable(listed), dtype=np.int64, count=5 * len(listed)).reshape(-1, 5)
     starts, lengths = table[:, 0], table[:, 1]
     ends = starts + lengths
     if np.any(starts < 4) or np.any(lengths <= 0) or np.any(ends > len(data)):
