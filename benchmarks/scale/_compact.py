@@ -103,6 +103,10 @@ def compact_windows(
                     "s": took,
                     "added": dict(result.files_added),
                     "removed": dict(result.files_removed),
+                    # the bytes of the files merged (read) and written, all tables
+                    "bytes_removed": sum(result.bytes_removed.values()),
+                    "bytes_added": sum(result.bytes_added.values()),
+                    "mb_per_s": round(sum(result.bytes_removed.values()) / 1e6 / max(took, 1e-3), 2),
                 }
             )
             if record is not None:
