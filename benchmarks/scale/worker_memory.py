@@ -60,9 +60,19 @@ def _leg(args: argparse.Namespace) -> dict[str, Any]:
 
     from benchmarks.scale._probe import worker_pids
 
+    # pinned to what the host warm-up read: a lake compacted meanwhile (the big one may be)
+    # would hand a leg files the warm-up never indexed
+    pinned = pi_loader.Snapshot.load(args.snapshot) if args.snapshot else None
     ds = pi_loader.Dataset(
-        args.lake, seed=0, action_horizon=10, chunk_cache_size=args.chunk_cache, episode_cache_size=32
+        args.lake,
+        snapshot=pinned,
+        seed=0,
+        action_horizon=10,
+        chunk_cache_size=args.chunk_cache,
+        episode_cache_size=32,
     )
+    if args.save_snapshot:
+        ds.snapshot.save(args.save_snapshot)
     loader = pi_loader.Loader(
         ds, batch_size=args.batch_size, shard=pi_loader.ShardSpec(index=0, count=1), num_workers=args.workers
     )
@@ -128,8 +138,13 @@ def _rows_cost_us(ds: Any, batches: int, batch_size: int) -> dict[str, float]:
     return out
 
 
-def run_leg(lake: str, trim: str, host: Path, args: argparse.Namespace) -> dict[str, Any]:
+def run_leg(
+    lake: str, trim: str, host: Path, args: argparse.Namespace, snapshot: tuple[str, Path] | None = None
+) -> dict[str, Any]:
+    """One leg in a fresh process; `snapshot`: ("--snapshot" or "--save-snapshot", path)."""
     cmd = [sys.executable, "-m", "benchmarks.scale.worker_memory", "--leg", "--lake", lake]
+    if snapshot is not None:
+        cmd += [snapshot[0], str(snapshot[1])]
     cmd += ["--workers", str(args.workers), "--batches", str(args.batches)]
     cmd += ["--batch-size", str(args.batch_size), "--chunk-cache", str(args.chunk_cache)]
     env = {**os.environ, "TMPDIR": str(host), "OPENBLAS_NUM_THREADS": "1"}
@@ -186,6 +201,8 @@ def main() -> int:
     )
     parser.add_argument("--leg", action="store_true")
     parser.add_argument("--lake")
+    parser.add_argument("--snapshot", help="(a leg) open this saved snapshot")
+    parser.add_argument("--save-snapshot", help="(a leg) save the snapshot it opened here")
     parser.add_argument("--small")
     parser.add_argument("--big")
     parser.add_argument("--repeats", type=int, default=3)
@@ -214,7 +231,7 @@ def main() -> int:
     for label, lake in lakes.items() if not args.cold_host else ():
         # the per-host indexes of every file the legs read, built once (not a leg): each leg
         # takes the same batches (seed 0, epoch 0)
-        warm = run_leg(lake, "on", hosts[label], args)
+        warm = run_leg(lake, "on", hosts[label], args, ("--save-snapshot", hosts[label] / "pinned.json"))
         print(
             f"{label}: host warmed ({warm['heap_trims']} trims, {warm['heap_trim_cpu_ms']} ms CPU, "
             f"{warm['heap_trim_returned_mb']} MB back; workers "
@@ -237,7 +254,8 @@ def main() -> int:
             }
             host = Path(tempfile.mkdtemp(prefix="worker-memory-cold-")) if args.cold_host else hosts[label]
             try:
-                result.update(run_leg(lakes[label], trim, host, args))
+                pin = None if args.cold_host else ("--snapshot", hosts[label] / "pinned.json")
+                result.update(run_leg(lakes[label], trim, host, args, pin))
             finally:
                 if args.cold_host:
                     shutil.rmtree(host, ignore_errors=True)
