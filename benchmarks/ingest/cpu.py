@@ -60,15 +60,17 @@ def _episodes(count: int, duration_s: float, seed: int, *, first: int = 1) -> li
     return [simulate_episode(sim, 0, i).episode for i in range(first, first + count)]
 
 
-def transcode_leg(count: int, duration_s: float, seed: int) -> dict[str, float]:
-    """The transcoding alone, in this process: CPU seconds and wall seconds for `count` episodes."""
+def transcode_leg(count: int, duration_s: float, seed: int, warmup: int = 1) -> dict[str, float]:
+    """The transcoding alone, in this process: CPU seconds and wall seconds for `count` episodes,
+    after `warmup` episodes transcoded the same way and not counted (as the ingest leg's)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from pi_format.video import ChunkedVideoEncoder, decode_container
     from pi_jobs.stream.featurize import FeaturizeConfig
 
     config = FeaturizeConfig()
-    episodes = _episodes(count, duration_s, seed)
+    warm = _episodes(warmup, duration_s, seed, first=0) if warmup else []
+    episodes = _episodes(count, duration_s, seed, first=warmup)
 
     def one_camera(camera: Any) -> int:
         encoder = ChunkedVideoEncoder(
@@ -85,12 +87,17 @@ def transcode_leg(count: int, duration_s: float, seed: int) -> dict[str, float]:
         chunks.extend(encoder.close())
         return sum(len(c.data) for c in chunks)
 
+    def transcode(batch: list[Any]) -> int:
+        encoded = 0
+        for episode in batch:  # one camera per thread, as featurize's default does
+            threads = min(len(episode.cameras), os.cpu_count() or 1)
+            with ThreadPoolExecutor(threads) as pool:
+                encoded += sum(pool.map(one_camera, episode.cameras))
+        return encoded
+
+    transcode(warm)
     cpu, wall = time.process_time(), time.monotonic()
-    encoded = 0
-    for episode in episodes:  # one camera per thread, as featurize's default does
-        threads = min(len(episode.cameras), os.cpu_count() or 1)
-        with ThreadPoolExecutor(threads) as pool:
-            encoded += sum(pool.map(one_camera, episode.cameras))
+    encoded = transcode(episodes)
     return {
         "cpu_s": time.process_time() - cpu,
         "wall_s": time.monotonic() - wall,
@@ -140,9 +147,11 @@ def ingest_leg(
     parallelism: int = 1,
     mode: str = "process",
     idle_s: float = 5.0,
+    warmup: int = 1,
 ) -> dict[str, Any]:
     """The stream job on a fresh broker: CPU of its process tree (and of the broker) from the
-    first send of `count` episodes to their last ack. With `py_spy` (the path of a py-spy
+    first send of `count` episodes to their last ack, after `warmup` episodes sent and acked
+    first (not counted). With `py_spy` (the path of a py-spy
     binary) the Python worker is sampled meanwhile, into HOME/py-spy-*.txt (collapsed stacks)."""
     from pi_ingest.uploader import Uploader, UploaderConfig
     from pi_jobs.local.stack import ensure_topics, start_broker
@@ -152,8 +161,8 @@ def ingest_leg(
     settings = Settings.from_env(env)
     broker = start_broker(settings)
     ensure_topics(settings.bootstrap_servers)
-    episodes = _episodes(count + 1, duration_s, seed, first=0)
-    warm, burst = episodes[0], episodes[1:]
+    episodes = _episodes(count + warmup, duration_s, seed, first=0)
+    warm, burst = episodes[:warmup], episodes[warmup:]
     job = subprocess.Popen(
         [
             sys.executable,
@@ -174,7 +183,8 @@ def ingest_leg(
     try:
         config = UploaderConfig(bootstrap_servers=settings.bootstrap_servers, spool_dir=home / "spool")
         with Uploader(config) as uploader:
-            uploader.submit(warm)
+            for episode in warm:
+                uploader.submit(episode)
             uploader.send_pending()
             warm_deadline = time.monotonic() + 300
             while True:  # until the job is up and warm; a job that gave up fails the leg now
@@ -183,7 +193,7 @@ def ingest_leg(
                     break
                 if job.poll() is not None or time.monotonic() > warm_deadline:
                     raise RuntimeError(
-                        f"the warm-up episode was not acknowledged (stream job exit code "
+                        f"the warm-up episodes were not acknowledged (stream job exit code "
                         f"{job.poll()}; its Flink logs are under {home})"
                     )
             # an idle window first: what the job spends per second with nothing to do
@@ -269,6 +279,8 @@ def _run_leg(leg: str, args: argparse.Namespace, seed: int, repeat: int) -> dict
         str(args.out / f"home-{leg}-r{repeat}"),
         "--parallelism",
         str(args.parallelism),
+        "--warmup-episodes",
+        str(args.warmup_episodes),
     ]
     if args.py_spy:
         command += ["--py-spy", args.py_spy]
@@ -302,6 +314,14 @@ def main(argv: list[str] | None = None) -> int:
         help="comma-separated PyFlink execution modes of the stream job, one ingest leg each: "
         "process (a Beam worker process, leg 'ingest'), thread (PEMJA, leg 'ingest_thread')",
     )
+    parser.add_argument(
+        "--warmup-episodes",
+        type=int,
+        default=1,
+        help="episodes each leg processes first, uncounted: the ingest leg sends them and waits "
+        "for their acks (the JVM's JIT and the worker's imports warm on them), the transcode leg "
+        "transcodes them in its process; the same simulated episodes for both legs",
+    )
     parser.add_argument("--leg", choices=(*LEG_OF_MODE.values(), "transcode"), help=argparse.SUPPRESS)
     parser.add_argument("--leg-result", type=Path, help=argparse.SUPPRESS)
     parser.add_argument("--home", type=Path, help=argparse.SUPPRESS)
@@ -311,11 +331,18 @@ def main(argv: list[str] | None = None) -> int:
     if args.leg is not None:  # one leg, in this fresh process
         result: dict[str, Any]
         if args.leg == "transcode":
-            result = dict(transcode_leg(args.episodes, args.duration_s, seed))
+            result = dict(transcode_leg(args.episodes, args.duration_s, seed, args.warmup_episodes))
         else:
             mode = next(m for m, leg in LEG_OF_MODE.items() if leg == args.leg)
             result = ingest_leg(
-                args.episodes, args.duration_s, seed, args.home, args.py_spy, args.parallelism, mode
+                args.episodes,
+                args.duration_s,
+                seed,
+                args.home,
+                args.py_spy,
+                args.parallelism,
+                mode,
+                warmup=args.warmup_episodes,
             )
         args.leg_result.write_text(json.dumps(result))
         return 0
@@ -356,6 +383,8 @@ def main(argv: list[str] | None = None) -> int:
         "seed": seed,
         "episodes": args.episodes,
         "episode_duration_s": args.duration_s,
+        # episodes each leg ran first, not counted (both legs the same ones)
+        "warmup_episodes": args.warmup_episodes,
         "parallelism": args.parallelism,
         "cpu_count": os.cpu_count(),
         "modes": modes,

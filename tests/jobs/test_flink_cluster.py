@@ -85,6 +85,7 @@ def test_cluster_config_is_written_from_the_settings(tmp_path: Path) -> None:
         f'python.executable: "{sys.executable}"',
         f'env.pid.dir: "{tmp_path / "flink" / "run"}"',
         f'env.log.dir: "{tmp_path / "flink" / "log"}"',
+        f'io.tmp.dirs: "{tmp_path / "flink" / "tmp"}"',  # not /tmp: removed when the cluster stops
     ):
         assert line in text.splitlines(), (line, text)
     assert (conf / "masters").read_text() == "127.0.0.1:18123\n"

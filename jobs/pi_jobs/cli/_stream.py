@@ -32,6 +32,8 @@ def stream_config_from_args(settings: Settings, args: argparse.Namespace) -> Str
         config = replace(config, group_commit_max_episodes=args.group_commit_episodes)
     if args.group_commit_delay_ms is not None:
         config = replace(config, group_commit_delay_ms=args.group_commit_delay_ms)
+    if getattr(args, "group_commit_max_wait_ms", None) is not None:
+        config = replace(config, group_commit_max_wait_ms=args.group_commit_max_wait_ms)
     if getattr(args, "python_execution_mode", None) is not None:
         config = replace(config, python_execution_mode=args.python_execution_mode)
     limits = {
@@ -130,7 +132,13 @@ def add_commands(sub: argparse._SubParsersAction) -> None:
         "--group-commit-delay-ms",
         type=int,
         default=None,
-        help="longest an episode waits for its group commit (default 200)",
+        help="the group commits once no message came for this long: the input is drained (default 200)",
+    )
+    p.add_argument(
+        "--group-commit-max-wait-ms",
+        type=int,
+        default=None,
+        help="longest an episode waits for its group commit while messages keep coming (default 2000)",
     )
     p.add_argument(
         "--python-execution-mode",

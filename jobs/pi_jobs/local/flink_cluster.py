@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -94,6 +95,11 @@ def cluster_log_dir(settings: Settings) -> Path:
     return settings.flink_dir / "log"
 
 
+def _tmp_dir(settings: Settings) -> Path:
+    """The cluster's `io.tmp.dirs` (removed when it stops)."""
+    return settings.flink_dir / "tmp"
+
+
 def _free_port() -> int:
     import socket
 
@@ -116,7 +122,7 @@ def write_cluster_config(settings: Settings, config: LocalClusterConfig) -> Path
     host, rest_port = rest_host_port(local_cluster_url(settings))
     conf = _conf_dir(settings)
     conf.mkdir(parents=True, exist_ok=True)
-    for d in (_pid_dir(settings), cluster_log_dir(settings)):
+    for d in (_pid_dir(settings), cluster_log_dir(settings), _tmp_dir(settings)):
         d.mkdir(parents=True, exist_ok=True)
     for name in (
         "log4j.properties",
@@ -129,6 +135,9 @@ def write_cluster_config(settings: Settings, config: LocalClusterConfig) -> Path
     values = {
         "env.pid.dir": str(_pid_dir(settings)),  # stop-cluster.sh then stops this cluster only
         "env.log.dir": str(cluster_log_dir(settings)),
+        # the TaskManagers' working dirs and the clients' planner jars (43 MB a run) here, not in
+        # /tmp: removed when the cluster stops (a JVM that did not exit cleanly left them there)
+        "io.tmp.dirs": str(_tmp_dir(settings)),
         "jobmanager.bind-host": host,
         "jobmanager.rpc.address": host,
         # a free port, fixed in this file: a TaskManager started later must find the JobManager
@@ -359,6 +368,7 @@ def stop_local_cluster(settings: Settings, *, timeout_s: float = 60.0) -> bool:
         time.sleep(0.5)
     for pid_file in _pid_dir(settings).glob("*.pid"):
         pid_file.unlink(missing_ok=True)
+    shutil.rmtree(_tmp_dir(settings), ignore_errors=True)  # nothing of the cluster runs now
     return True
 
 

@@ -65,6 +65,7 @@ class GroupCommits:
     waiting: list[Waiting]
     refused: list[Refused]
     waiting_since_ms: int
+    last_input_ms: int  # processing time at which the latest message was done with
     flushing: int
     settled: set[str]
     dropped: set[str]
@@ -82,12 +83,41 @@ class GroupCommits:
     def _reopen_catalog(self) -> None:
         self.catalog = None  # the next record opens a new client
 
-    def _maybe_flush(self, now_ms: int) -> bool:
-        """Commit the waiting group when it is full or its oldest episode waited long enough."""
+    def _max_wait_ms(self) -> int:
+        """How long the oldest of a group may wait while messages keep coming (never less than
+        the quiet delay, so a long delay is not cut short under load)."""
+        return max(self.settings.group_commit_max_wait_ms, self.settings.group_commit_delay_ms)
+
+    def _group_due_ms(self) -> int:
+        """When the waiting group is due if no message comes meanwhile: the input quiet for the
+        delay, or its oldest at the longest wait, whichever is first."""
+        return min(
+            self.last_input_ms + self.settings.group_commit_delay_ms,
+            self.waiting_since_ms + self._max_wait_ms(),
+        )
+
+    def _quiet(self, now_ms: int) -> bool:
+        """Whether no message came for the group delay: the input is drained."""
+        return now_ms - self.last_input_ms >= self.settings.group_commit_delay_ms
+
+    def _caught_up(self, started_ms: int, published_at_ns: int | None) -> bool:
+        """Whether a message was read within the group delay of its Kafka timestamp: nothing was
+        queued behind it then, so its episode need not wait for a burst that is not there (an
+        episode sent alone commits right after its featurize, as fresh as before)."""
+        if published_at_ns is None:
+            return False
+        return started_ms - published_at_ns // 1_000_000 <= self.settings.group_commit_delay_ms
+
+    def _maybe_flush(self, now_ms: int, *, drained: bool) -> bool:
+        """Commit the waiting group when it is full, when the input is `drained` (quiet for the
+        delay, or the latest message was caught up), or when its oldest episode waited the
+        longest wait. A burst of queued messages arrives a few ms apart, so under load groups
+        grow until full or the longest wait instead of committing each episode alone (a timer
+        due between two episodes of a busy worker fires after the next one's messages are in)."""
         if not self.waiting and not self.refused:
             return False
         full = len(self.waiting) + len(self.refused) >= self.settings.group_commit_max_episodes
-        if not full and now_ms - self.waiting_since_ms < self.settings.group_commit_delay_ms:
+        if not (full or drained or now_ms - self.waiting_since_ms >= self._max_wait_ms()):
             return False
         self.flushing = len(self.waiting) + len(self.refused)
         self._fault_injection("group_due")  # tests: a worker lost while it holds a whole group

@@ -2,8 +2,9 @@
 
 Kafka source -> key by episode -> **EpisodeSinkFunction**: chunk assembly, validation,
 featurize, then a group commit (raw rows, steps, video, episodes markers, quarantine rows: one
-Delta commit per table for up to `group_commit_max_episodes` episodes or quarantines or
-`group_commit_delay_ms`, whichever comes first), catalog update, end-to-end acks, progress file.
+Delta commit per table for up to `group_commit_max_episodes` episodes or quarantines, committed
+once the input has been quiet for `group_commit_delay_ms` or the oldest waited
+`group_commit_max_wait_ms`), catalog update, end-to-end acks, progress file.
 Each parallel subtask is its own lake writer (`writer_id` = group id + subtask index) and
 writes its own progress file.
 
@@ -155,12 +156,13 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         self.recover_on_message_until_ms = (
             int(time.time() * 1000)
             + self.settings.incomplete_timeout_ms
-            + self.settings.group_commit_delay_ms
+            + max(self.settings.group_commit_delay_ms, self.settings.group_commit_max_wait_ms)
             + RECOVERY_SLACK_MS
         )
         self.waiting: list[Waiting] = []
         self.refused: list[Refused] = []  # quarantines waiting for the group commit
         self.waiting_since_ms = 0
+        self.last_input_ms = 0  # when the latest message was done with (the group's quiet time)
         self.flushing = 0  # episodes in the group commit under way (for fault reports)
         self.registry = self.settings.registry or load_registry(None)
         self.events = SinkEvents(self.subtask, self.settings.event_log_dir)  # JSON lines: pilake trace
@@ -291,8 +293,14 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         offsets: dict[str, int] = p["offsets"]
         offsets[str(msg.partition)] = max(offsets.get(str(msg.partition), -1), msg.offset)
         now_ms = int(ctx.timer_service().current_processing_time())
+        # the input was quiet before this message: a group its timer has not committed yet
+        # (the timer is on its way) commits now, without this message's episode
+        self._maybe_flush(now_ms, drained=self._quiet(now_ms))
         self._accept(msg, ctx, now_ms, key_bytes=key_bytes, recovered=False)
-        self._maybe_flush(now_ms)
+        done_ms = int(ctx.timer_service().current_processing_time())
+        # full, the oldest waited the longest wait, or nothing was queued behind this message
+        self._maybe_flush(done_ms, drained=self._caught_up(now_ms, msg.published_at_ns))
+        self.last_input_ms = done_ms
         self._write_progress()
         return iter(())
 
@@ -512,21 +520,22 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         positions of an episode committed since.
         """
         # Any timer is a chance to commit the waiting group (its delay timer may be one).
-        if self._maybe_flush(int(timestamp)):
+        now_ms = max(int(timestamp), int(ctx.timer_service().current_processing_time()))
+        if self._maybe_flush(now_ms, drained=self._quiet(now_ms)):
             self._write_progress()
         key = ctx.get_current_key()
         pending = self.pending.get(key)
+        if self._in_group(key):  # its group is not due yet (messages kept coming): look again
+            ctx.timer_service().register_processing_time_timer(max(self._group_due_ms(), now_ms + 1))
         if pending is None:
-            if self._in_group(key):  # its group is not due yet
-                due_ms = self.waiting_since_ms + self.settings.group_commit_delay_ms
-                ctx.timer_service().register_processing_time_timer(max(due_ms, int(timestamp) + 1))
-            elif self._recover(key, ctx, int(timestamp)):  # held when the worker was lost
-                self._maybe_flush(int(timestamp))
+            # held when the worker was lost (a key in the group keeps its positions held)
+            if self._recover(key, ctx, int(timestamp)):
+                self._maybe_flush(now_ms, drained=False)
                 self._write_progress()
             return iter(())
         # a restored key whose messages resumed before its timer: complete it with what it held
         if self._recover(key, ctx, int(timestamp)) and key not in self.pending:
-            self._maybe_flush(int(timestamp))
+            self._maybe_flush(now_ms, drained=False)
             self._write_progress()
             return iter(())
         deadline_ms = pending.last_chunk_ms + self.settings.incomplete_timeout_ms
@@ -536,7 +545,7 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
             return iter(())
         del self.pending[key]
         self._time_out(pending, ctx, int(timestamp))  # its held positions go after the commit
-        self._maybe_flush(int(timestamp))
+        self._maybe_flush(now_ms, drained=self._quiet(now_ms))
         self._write_progress()
         return iter(())
 

@@ -57,12 +57,17 @@ class StreamJobConfig:
     # Parallel sink subtasks (each its own lake writer). 1 on a laptop; a host with spare cores
     # runs 2+ (benchmarks/ingest measures the speed-up).
     parallelism: int = 1
-    # Group commit bounds (SPEC.md §7.8): up to this many episodes per Delta commit, and no
-    # episode waits longer than this for its commit. 200 ms: a sink worker featurizes one episode
-    # in ~0.3 s (3 cameras at once), so a longer wait grows groups little and only adds to
-    # freshness (SPEC.md §7.8).
+    # Group commit bounds (SPEC.md §7.8): up to this many episodes per Delta commit; the group
+    # commits once the input has been quiet for group_commit_delay_ms (no message came meanwhile:
+    # nothing more is queued behind it), or when its oldest episode has waited
+    # group_commit_max_wait_ms (at least the delay) while messages kept coming. 200 ms: the gap
+    # between two messages of a queued burst is a few ms, so a quiet 200 ms means the input is
+    # drained. 2 s under load: a busy worker featurizes an episode every ~0.5 s on 2 cores, so
+    # groups of ~4 (the commit and catalog record cost ~40 CPU ms per episode alone, ~15 in
+    # fours; benchmarks/ingest/PROFILE.md) for at most 2 s more before an ack.
     group_commit_max_episodes: int = 32
     group_commit_delay_ms: int = 200
+    group_commit_max_wait_ms: int = 2000
     # Each sink worker serves Prometheus /metrics on the first free port of (first, last);
     # None = off (pi_jobs.stream._metrics).
     metrics_ports: tuple[int, int] | None = None
@@ -98,6 +103,10 @@ class StreamJobConfig:
             raise ValueError(f"group_commit_max_episodes must be >= 1, got {self.group_commit_max_episodes}")
         if not 0 <= self.group_commit_delay_ms <= 60_000:
             raise ValueError(f"group_commit_delay_ms must be in [0, 60000], got {self.group_commit_delay_ms}")
+        if not 0 <= self.group_commit_max_wait_ms <= 600_000:
+            raise ValueError(
+                f"group_commit_max_wait_ms must be in [0, 600000], got {self.group_commit_max_wait_ms}"
+            )
         if not 0 <= self.dependency_retry_s <= 3600:
             raise ValueError(
                 f"dependency_retry_s must be in [0, 3600] seconds, got {self.dependency_retry_s}"

@@ -15,6 +15,7 @@ from typing import Any
 
 from pi_jobs.errors import StreamJobError
 from pi_jobs.kafka_security import java_client_properties
+from pi_jobs.stream._jvm_tmp import with_jvm_tmp_dir
 from pi_jobs.stream.config import StreamJobConfig
 
 # Restarts in a row (fewer than 10 healthy minutes apart) before the embedded job fails for good
@@ -122,6 +123,7 @@ def build_job(config: StreamJobConfig) -> Any:
         incomplete_timeout_ms=round(config.incomplete_timeout_s * 1000),
         group_commit_max_episodes=config.group_commit_max_episodes,
         group_commit_delay_ms=config.group_commit_delay_ms,
+        group_commit_max_wait_ms=config.group_commit_max_wait_ms,
         writer_prefix=config.group_id,
         event_log_dir=os.environ.get(EVENT_LOG_DIR_ENV, ""),  # JSON event logs (pilake trace)
         metrics_ports=config.metrics_ports,
@@ -144,8 +146,9 @@ def build_job(config: StreamJobConfig) -> Any:
 
 def prepare_python_workers(log_dir: Path) -> None:
     """The process environment every pi-lake Flink job (stream, backfill) needs before its
-    environment is created: Flink's log dir, the embedded JVM's flags (`EMBEDDED_JVM_ARGS`), one
-    OpenBLAS thread, process mode."""
+    environment is created: Flink's log dir, the embedded JVM's flags (`EMBEDDED_JVM_ARGS`) and
+    temporary directory (`log_dir`'s sibling `jvm-tmp/<pid>`, removed at exit), one OpenBLAS
+    thread, process mode."""
     import pyflink.java_gateway
 
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -154,8 +157,10 @@ def prepare_python_workers(log_dir: Path) -> None:
     # same process shares that JVM and so its log dir; `_effective_log_dir` says which.
     if pyflink.java_gateway._gateway is None:
         os.environ["FLINK_LOG_DIR"] = str(log_dir.absolute())
-        # read by PyFlink's gateway launcher; a JVM_ARGS of the user's own is left as it is
-        os.environ.setdefault("JVM_ARGS", EMBEDDED_JVM_ARGS)
+        # read by PyFlink's gateway launcher; a JVM_ARGS of the user's own is left as it is,
+        # but for a temporary directory of this run's own, removed when it ends (pi_jobs.stream._jvm_tmp)
+        jvm_args = os.environ.get("JVM_ARGS", EMBEDDED_JVM_ARGS)
+        os.environ["JVM_ARGS"] = with_jvm_tmp_dir(jvm_args, log_dir.parent / "jvm-tmp")
     # numpy in the worker was 3x slower under core contention with OpenBLAS threads.
     os.environ["OPENBLAS_NUM_THREADS"] = "1"
     # Process workers, not loopback (which would run the Python functions inside this driver
