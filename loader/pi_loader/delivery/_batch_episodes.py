@@ -25,6 +25,9 @@ import numpy as np
 from pi_loader._errors import PiLoaderError
 from pi_loader.reading._packed import PackedStrings
 
+# The file URIs of `EpisodeLocators` (one per distinct file: ~1.6 MB of Python strings in every
+# worker at 1,000,000 episodes in ~9,400 files) and the column numbering them per episode.
+_LOCATOR_FILES = (("steps_files", "steps_file"), ("video_files", "video_file"))
 # Locator fields of `EpisodeLocators` that hold one row per episode.
 _LOCATOR_FIELDS = (
     "steps_file",
@@ -78,7 +81,7 @@ class EpisodeTable:
         if hasattr(cameras, "indices"):  # CameraLists: its per-episode index
             columns.append(("camera_lists", cameras.indices))
         columns += [(f"locators.{name}", getattr(locators, name)) for name in _LOCATOR_FIELDS]
-        packed = [
+        packed: list[tuple[str, Any]] = [
             ("episode_ids", gather._episode_ids),
             ("attempt_ids", gather._attempt_ids),
             ("steps.episode_ids", gather.steps._episode_ids),
@@ -109,6 +112,17 @@ class EpisodeTable:
                 )
             self._ids[id(strings)] = ("packed", name, self._episodes)
             self._packed[name] = strings
+        self._column_at = {name: i for i, name in enumerate(self._columns)}
+        # each episode's file URI, sent like its ids; the worker's stand-in for the tuple answers
+        # by file number for the files of the batch's episodes
+        self._files: dict[str, tuple[str, np.ndarray]] = {}
+        for files, column in _LOCATOR_FILES:
+            uris = getattr(locators, files)
+            if uris and id(uris) not in self._ids and f"locators.{column}" in self._columns:
+                name = f"locators.{files}"
+                self._ids[id(uris)] = ("files", name, len(uris))
+                # fixed-width UTF-8 (a few hundred kB): a batch's URIs are one fancy index
+                self._files[name] = (f"locators.{column}", np.array([u.encode() for u in uris], np.bytes_))
 
     def persistent_id(self, obj: Any) -> tuple[Any, ...] | None:
         """The tag a pickle writes instead of `obj` when it is per-episode (else None)."""
@@ -123,12 +137,15 @@ class EpisodeTable:
         parts += [array[keys] for array in self._columns.values()]
         texts = [_packed_rows(strings, keys) for strings in self._packed.values()]
         parts += [offsets for offsets, _ in texts]
+        parts += [uris[parts[2 + self._column_at[col]]] for col, uris in self._files.values()]
         order = self._order
         if order is None:  # the parts' order by item size (widest first), once
             layout = [("keys", "int64", ()), ("offsets", "int64", ())]
             layout += [(f"column:{n}", a.dtype.str, a.shape[1:]) for n, a in self._columns.items()]
             layout += [(f"packed:{n}", "<i8", ()) for n in self._packed]
-            order = self._order = sorted(range(len(layout)), key=lambda i: -np.dtype(layout[i][1]).itemsize)
+            layout += [(f"files:{n}", uris.dtype.str, ()) for n, (_, uris) in self._files.items()]
+            # widest alignment first: every part starts aligned
+            order = self._order = sorted(range(len(layout)), key=lambda i: -np.dtype(layout[i][1]).alignment)
             self._layout = tuple(layout[i] for i in order)
         data = b"".join([*(parts[i].tobytes() for i in order), *(t.tobytes() for _, t in texts)])
         return EpisodeRows(
@@ -162,7 +179,9 @@ class BatchEpisodes:
         self.ends = np.zeros(0, np.int64)
         self.columns: dict[str, np.ndarray] = {}
         self.packed: dict[str, PackedStrings] = {}
+        self.files: dict[str, np.ndarray] = {}
         self._position: dict[int, int] = {}
+        self._file_position: dict[str, dict[int, int]] = {}
 
     def install(self, rows: EpisodeRows) -> None:
         """Serve `rows` from now on (the episodes of the next batch): views of its buffer.
@@ -186,14 +205,13 @@ class BatchEpisodes:
             part = np.frombuffer(data, dtype, items, at)
             parts[name] = part.reshape(count, *shape) if shape else part
             at += part.nbytes
-        self.packed = {}
+        packed: dict[str, PackedStrings] = {}
         texts = iter(rows.text_bytes)
-        for name, _, _ in rows.layout:
-            if name.startswith("packed:"):
-                size = next(texts)
-                strings = np.frombuffer(data, np.uint8, size, at)
-                self.packed[name[len("packed:") :]] = PackedStrings(parts[name], strings)
-                at += size
+        for name in [n for n, _, _ in rows.layout if n.startswith("packed:")]:
+            size = next(texts)
+            strings = np.frombuffer(data, np.uint8, size, at)
+            packed[name] = PackedStrings(parts[name], strings)
+            at += size
         if at != len(data):
             raise ValueError(f"{len(data)} bytes, {at} expected")
         ends = parts["offsets"] + parts.get("column:lengths", 0)
@@ -201,6 +219,9 @@ class BatchEpisodes:
             raise ValueError("episodes not sorted and distinct, or negative lengths")
         self.keys, self.offsets = parts["keys"], parts["offsets"]
         self.columns = {name[len("column:") :]: a for name, a in parts.items() if name.startswith("column:")}
+        self.packed = {name.split(":", 1)[1]: p for name, p in packed.items()}
+        self.files = {name.split(":", 1)[1]: a for name, a in parts.items() if name.startswith("files:")}
+        self._file_position = {}
         self.ends = ends
         self._position = {e: i for i, e in enumerate(self.keys.tolist())}
 
@@ -218,6 +239,20 @@ class BatchEpisodes:
         except (KeyError, TypeError):
             raise self._outside(key) from None
 
+    def file(self, name: str, column: str, number: Any) -> str:
+        """The URI of file `number` of the tuple `name` (numbered per episode by `column`)."""
+        where = self._file_position.get(name)
+        if where is None:
+            numbers = self.columns[column].tolist()
+            where = self._file_position[name] = {n: i for i, n in reversed(list(enumerate(numbers)))}
+        try:
+            return str(self.files[name][where[number]].decode())
+        except (KeyError, TypeError, UnicodeDecodeError):
+            raise PiLoaderError(
+                f"file {number!r} of {name} is not one of the files of the batch this loader worker is "
+                "building (pi_loader.delivery._batch_episodes)"
+            ) from None
+
     def _outside(self, key: Any) -> PiLoaderError:
         return PiLoaderError(
             f"episode {key!r} is not among the {len(self.keys)} episodes of the batch this loader "
@@ -234,6 +269,8 @@ class BatchEpisodes:
             return _Packed(self, tag[1], tag[2])
         if kind == "index":
             return _Index(self, tag[1], tag[2])
+        if kind == "files":
+            return _Files(self, tag[1], tag[2])
         raise PiLoaderError(f"unknown per-episode tag {tag!r} in the dataset a loader worker loads")
 
 
@@ -278,6 +315,23 @@ class _Packed(_Absent):
         episodes = self._episodes
         at = episodes.where(key)
         return episodes.packed[self._name][at]
+
+
+class _Files(_Absent):
+    """A locator's file URIs (by file number), for the files of the installed batch's episodes."""
+
+    def __init__(self, episodes: BatchEpisodes, name: str, count: int) -> None:
+        self._episodes, self._name, self._count = episodes, name, count
+        self._column = name[: -len("s")]  # locators.steps_files -> locators.steps_file
+
+    def __len__(self) -> int:
+        return self._count
+
+    def __bool__(self) -> bool:
+        return self._count > 0
+
+    def __getitem__(self, number: Any) -> str:
+        return self._episodes.file(self._name, self._column, number)
 
 
 class _Index(_Absent):

@@ -49,6 +49,8 @@ def _per_episode_objects(dataset: Any) -> dict[str, Any]:
         objects[f"locators.{name}"] = getattr(gather._locators, name)
         objects[f"steps.locators.{name}"] = getattr(gather.steps._locators, name)
         objects[f"video.locators.{name}"] = getattr(gather.video._locators, name)
+    for name in ("steps_files", "video_files"):
+        objects[f"locators.{name}"] = getattr(gather._locators, name)
     return objects
 
 
@@ -84,7 +86,11 @@ def test_a_worker_loads_the_dataset_without_its_per_episode_arrays(
     finally:
         image.close()
         whole.close()
-    held = {name: kind for name, kind in kinds.items() if kind in ("ndarray", "PackedStrings", "SampleIndex")}
+    held = {
+        name: kind
+        for name, kind in kinds.items()
+        if kind in ("ndarray", "PackedStrings", "SampleIndex", "tuple")
+    }
     assert not held, f"a worker's Dataset holds per-episode arrays of the whole selection: {held}"
 
 
@@ -102,8 +108,14 @@ def test_proxies_answer_for_the_batch_exactly_as_the_arrays(loader_lake: FakeLak
         got_e, got_s = proxies["index"].locate_many(flat)
         assert np.array_equal(got_e, want_e) and np.array_equal(got_s, want_s)
         assert got_e.dtype == want_e.dtype and got_s.dtype == want_s.dtype
+        locators = ds._gather._locators
+        for files, column in (("steps_files", "steps_file"), ("video_files", "video_file")):
+            proxy = proxies[f"locators.{files}"]
+            numbers = getattr(locators, column)[want_e]
+            assert len(proxy) == len(getattr(locators, files))
+            assert [proxy[n] for n in numbers] == [getattr(locators, files)[n] for n in numbers]
         for name, obj in objects.items():
-            if isinstance(obj, SampleIndex):
+            if isinstance(obj, SampleIndex | tuple):
                 continue
             proxy = proxies[name]
             assert len(proxy) == len(obj)
