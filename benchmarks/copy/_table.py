@@ -29,7 +29,14 @@ def copy_table(b: Path) -> str:
         f"`baselines/copy.json`: a pin of {doc['episodes']} episodes, {doc['files']} files, "
         f"{doc['bytes'] / 2**20:,.0f} MiB ({lake['distinct']} one-minute {lake['size_px']} px episodes "
         f"committed {lake['replicas']} times each in group commits of {lake['group']}), {doc['workers']} "
-        f"transfers in flight, {len(doc['repeats'])} interleaved repeats on a shared {doc['cpus']}-core "
+        f"transfers in flight, {len(doc['repeats'])} interleaved repeats"
+        + (
+            " (every leg once untimed first; per repeat the SeaweedFS legs plain, copy, copy, plain or "
+            "the reverse, their means compared)"
+            if any("s3_plain_legs_s" in r for r in doc["repeats"])
+            else ""
+        )
+        + f" on a shared {doc['cpus']}-core "
         f"machine (load average {doc['loadavg_start'][0]:.1f} at the start"
         + (
             f", {min(loads):.1f}–{max(loads):.1f} at the repeats' starts"
