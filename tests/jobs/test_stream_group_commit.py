@@ -170,3 +170,23 @@ def test_an_episode_read_as_soon_as_it_was_sent_commits_without_waiting(broker: 
         assert sink.progress["committed"] == 2
     finally:
         sink.close()
+
+
+@integration
+def test_a_long_delay_still_holds_a_backlog_read_a_second_after_it_was_sent(
+    broker: str, tmp_path: Path
+) -> None:
+    """Caught up means read within 200 ms of the send, not within the delay: with a 20 s delay
+    (the fault tests hold a group across checkpoints with one) a backlog still groups."""
+    sink, runtime = _sink(broker, tmp_path, delay_ms=20_000, max_wait_ms=2000)
+    burst = _Burst(sink, runtime)
+    try:
+        burst.send_episode(published_ago_ms=1_000)
+        burst.send_episode(published_ago_ms=1_000)
+        burst.fire_due_timers()
+        assert sink.progress["committed"] == 0 and len(sink.waiting) == 2
+        runtime.now_ms += 20_000  # quiet for the delay
+        burst.fire_due_timers()
+        assert sink.progress["committed"] == 2
+    finally:
+        sink.close()

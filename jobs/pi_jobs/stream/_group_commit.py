@@ -25,6 +25,11 @@ from pi_jobs.stream._retry import with_retries
 
 log = logging.getLogger("pi_jobs.stream")
 
+# A message read this soon after its Kafka timestamp had nothing queued behind it (see
+# GroupCommits._caught_up): 200 ms, the default group delay; the messages of a queued burst are
+# read seconds after they were sent.
+CAUGHT_UP_MS = 200
+
 
 @dataclass(slots=True)
 class Waiting:
@@ -101,12 +106,14 @@ class GroupCommits:
         return now_ms - self.last_input_ms >= self.settings.group_commit_delay_ms
 
     def _caught_up(self, started_ms: int, published_at_ns: int | None) -> bool:
-        """Whether a message was read within the group delay of its Kafka timestamp: nothing was
-        queued behind it then, so its episode need not wait for a burst that is not there (an
-        episode sent alone commits right after its featurize, as fresh as before)."""
+        """Whether a message was read within CAUGHT_UP_MS (or the delay, if shorter) of its Kafka
+        timestamp: nothing was queued behind it then, so its episode need not wait for a burst
+        that is not there (an episode sent alone commits right after its featurize, as fresh as
+        before). Fixed, not the delay: a long delay (seconds) would call a backlog caught up."""
         if published_at_ns is None:
             return False
-        return started_ms - published_at_ns // 1_000_000 <= self.settings.group_commit_delay_ms
+        lag_ms = started_ms - published_at_ns // 1_000_000
+        return lag_ms <= min(CAUGHT_UP_MS, self.settings.group_commit_delay_ms)
 
     def _maybe_flush(self, now_ms: int, *, drained: bool) -> bool:
         """Commit the waiting group when it is full, when the input is `drained` (quiet for the
