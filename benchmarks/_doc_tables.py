@@ -557,7 +557,8 @@ def ingest_cpu(b: Path) -> str:
         )
     return (
         f"`baselines/ingest_cpu.json` ({doc['episodes']} episodes of {doc['episode_duration_s']:g} s "
-        f"per leg, sink parallelism {doc.get('parallelism', 1)}, "
+        f"per leg after {doc.get('warmup_episodes', 1)} uncounted warm-up episode(s) in each, "
+        f"sink parallelism {doc.get('parallelism', 1)}, "
         f"{doc['cpu_count']} cores; median (min–max) of {len(doc['ingest_over_transcode']['values'])} "
         "interleaved repeats):\n\n"
         + markdown(["leg", "CPU ms per episode", "of it (medians)"], rows)
