@@ -1,8 +1,12 @@
 """Loader worker memory, small lake vs big lake, with the workers' heap trim on and off
 (issue 33 item 3: worker memory within +-10% of the 1,000-episode lake's).
 
-    nice -n 19 python -m benchmarks.scale.worker_memory --small /tmp/b_lake1k/lake \
+    nice -n 19 python -m benchmarks.scale.worker_memory --small /tmp/d_lake1k16/lake \
         --big /work/scale1m/run/home/lake --repeats 3 --out benchmarks/baselines/worker_memory.json
+
+Grow the small lake with the big lake's `benchmarks.scale._grow.GrowConfig` (same frame size and
+episode length): a worker's batch slots hold frames, so a lake of bigger frames has bigger
+workers whatever its size (a 64x64 1,000-episode lake: 10 MB more RssShmem than the 16x16 big one).
 
 Each leg is a fresh process on a warm host (the lake's per-host indexes built once, by a first
 leg taking the same batches, recorded as `host_warmup_legs`: on the big lake that is where the
