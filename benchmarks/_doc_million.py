@@ -20,13 +20,29 @@ def _s(value: Any, fmt: str = "{:.2f}") -> str:
 def million_notes(m: dict[str, Any]) -> str:
     """Sentences on the lake's compaction and the open figures measured before it."""
     out = []
-    c = m.get("compaction")
+    c = m.get("earlier_compaction") or m.get("compaction")
     if c:
         out.append(
-            f" Compaction (`{c['command']}`): {c['groups_merged']:,} of {c['groups_small']:,} small file "
-            f"groups merged in {c['s']:,.0f} s ({c['episodes_per_s']:,.0f} episodes/s, load "
+            f" Compaction, earlier session (`{c['command']}`): {c['groups_merged']:,} of "
+            f"{c['groups_small']:,} small file groups merged in {c['s']:,.0f} s "
+            f"({c['episodes_per_s']:,.0f} episodes/s, load "
             f"{c['load']}); episodes files {c['files_before']['episodes']:,} -> "
             f"{c['files_after']['episodes']:,}. {c['note']}"
+        )
+    speed = m.get("compaction_speed")
+    if speed:
+        old, new = speed["old"], speed["new"]
+        out.append(
+            f" Full-rewrite speed ({speed['how']}): before {_s(old['s_per_group'])} s a group, "
+            f"{_s(old['mb_per_s'])} MB/s ({old['spread']}); after {_s(new['s_per_group'])} s a group, "
+            f"{_s(new['mb_per_s'])} MB/s ({new['spread']}). {speed.get('note', '')}"
+        )
+    merge = m.get("marker_merge")
+    if merge:
+        out.append(
+            f" Marker merge (`{merge['command']}`): episodes files {merge['files_before']['episodes']:,} -> "
+            f"{merge['files_after']['episodes']:,} in {merge['s']:,.0f} s for the whole lake (steps and "
+            f"video files untouched). {merge.get('note', '')}"
         )
     if m.get("open_note"):
         out.append(f" Open: {m['open_note']}.")
@@ -45,7 +61,7 @@ def cold_open(b: Path) -> str:
     prof = (doc.get("million") or {}).get("cold_open_profile")
     if not prof:
         return "No cold-open profile recorded yet (`python -m benchmarks.scale.cold_open_profile`)."
-    legs = [(name, prof[name]) for name in ("before", "after") if prof.get(name)]
+    legs = [(name, prof[name]) for name in ("before", "after", "after_marker_merge") if prof.get(name)]
     header = "| step | " + " | ".join(
         f"{name}: {leg['episodes_files']:,} episodes files, load {leg['load_before'][0]}"
         for name, leg in legs
