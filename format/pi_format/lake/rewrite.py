@@ -75,6 +75,7 @@ class _SourceFiles:
         self._ids: dict[str, tuple[np.ndarray, np.ndarray]] = {}
         self._offsets: dict[str, np.ndarray] = {}
         self._runs: dict[str, dict[tuple[str, str], tuple[int, int] | None]] = {}
+        self._damaged: set[str] = set()
 
     def file(self, path: str) -> pq.ParquetFile:
         found = self._files.get(path)
@@ -118,7 +119,9 @@ class _SourceFiles:
     def ids(self, path: str) -> tuple[np.ndarray, np.ndarray]:
         found = self._ids.get(path)
         if found is None:
-            table = self.rows(path)
+            table = self._whole(path)
+            if table is None:  # only the id columns: the damage is in another column (repair)
+                table = self.file(path).read(columns=["episode_id", "attempt_id"])
             found = (
                 table.column("episode_id").to_numpy(zero_copy_only=False),
                 table.column("attempt_id").to_numpy(zero_copy_only=False),
@@ -126,7 +129,33 @@ class _SourceFiles:
             self._ids[path] = found
         return found
 
+    def _whole(self, path: str) -> pa.Table | None:
+        """The whole file's rows, or None for a file with a page that fails its CRC or does not
+        decompress: repair rewrites such a file keeping the episodes around the damage, so their
+        rows are then read row group by row group (as before files were read whole)."""
+        if path in self._damaged:
+            return None
+        try:
+            return self.rows(path)
+        except (OSError, pa.ArrowException):
+            self._damaged.add(path)
+            return None
+
+    def rows_at(self, path: str, offset: int, length: int) -> pa.Table:
+        """Rows [offset, offset + length) of the file (conformed, page CRCs checked)."""
+        whole = self._whole(path)
+        if whole is not None:
+            return whole.slice(offset, length)
+        offsets = self.offsets(path)
+        first = int(np.searchsorted(offsets, offset, side="right")) - 1
+        last = max(int(np.searchsorted(offsets, offset + length, side="left")), first + 1)
+        rows = self.file(path).read_row_groups(list(range(first, last)))
+        if self._conform is not None:
+            rows = self._conform(rows)
+        return rows.slice(offset - int(offsets[first]), length)
+
     def close(self) -> None:
+        self._damaged.clear()
         self._files.clear()
         self._rows.clear()
         self._ids.clear()
@@ -168,7 +197,7 @@ def _steps_of(source: _SourceFiles, marker: dict[str, Any]) -> pa.Table:
     last = min(first + math.ceil(count / int(offsets[first + 1] - offsets[first])), groups)
     offset, length = int(offsets[first]), int(offsets[last] - offsets[first])
     _check_rows(source, path, offset, length, marker, count)
-    return source.rows(path).slice(offset, length)
+    return source.rows_at(path, offset, length)
 
 
 def _video_of(source: _SourceFiles, marker: dict[str, Any]) -> pa.Table:
@@ -182,7 +211,7 @@ def _video_of(source: _SourceFiles, marker: dict[str, Any]) -> pa.Table:
             f"video rows of {marker['episode_id']}/{marker['attempt_id']} in {path} are not the "
             f"contiguous run at row {start} its locator names"
         )
-    rows = source.rows(path).slice(start, run[1])  # conformed to the video schema (_conform_video)
+    rows = source.rows_at(path, start, run[1])  # conformed to the video schema (_conform_video)
     check_chunk_crcs(rows, where={"table": "video", "file": path})
     return rows
 
