@@ -38,9 +38,10 @@ def _is_spread(node: Any, repeats: int) -> bool:
 
 def test_compaction_measures_both_states_interleaved(tmp_path: Path) -> None:
     out = tmp_path / "out"
+    # 32 batches, not 8: a warm leg of 8 batches used ~1 clock tick of CPU and measured 0.0 once
     _run(
         "benchmarks.lifecycle.compaction",
-        *("--episodes", "32", "--group", "8", "--size-px", "64", "--batches", "8", "--warmup", "2"),
+        *("--episodes", "32", "--group", "8", "--size-px", "64", "--batches", "32", "--warmup", "2"),
         *("--repeats", "3", "--digests", "4", "--out", str(out)),
     )
     doc = json.loads((out / "compaction.json").read_text())

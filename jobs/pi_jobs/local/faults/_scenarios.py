@@ -47,7 +47,9 @@ def kill_stream_job(home: Path, jar_cache: Path, *, seed: int = 7100) -> FaultRe
             for ep in episodes:
                 up.submit(ep)
             up.send_pending()
-            first = stack.start_stream()
+            # one episode a commit: the episodes wait queued, so a drained-input group commit would
+            # take all eight in one commit and the kill could not land between commits
+            first = stack.start_stream("--group-commit-episodes", "1")
             p = stack.wait_progress(
                 first, lambda p: p.get("committed", 0) >= 2, STREAM_START_TIMEOUT_S, "2 commits"
             )
