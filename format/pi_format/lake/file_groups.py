@@ -14,6 +14,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 import pyarrow.compute as pc
 
+from pi_format.lake._bad_file import UNREADABLE, name_the_bad_file
 from pi_format.lake._files import table_filesystem
 from pi_format.lake.layout import LakeLayout
 from pi_format.lake.tables import ensure_lake_tables
@@ -83,10 +84,14 @@ def read_lake_files(layout: LakeLayout) -> LakeFiles:
     episode_paths = sorted(sizes["episodes"])
     schema = pa.schema(tables["episodes"].schema().to_arrow())
     if episode_paths:
-        dataset = pads.dataset(
-            [f"{base}/{p}" for p in episode_paths], format="parquet", schema=schema, filesystem=fs
-        )
-        markers = dataset.to_table(columns=[*PLAN_COLUMNS, "__filename"])
+        uris = [f"{base}/{p}" for p in episode_paths]
+        try:
+            dataset = pads.dataset(uris, format="parquet", schema=schema, filesystem=fs)
+            markers = dataset.to_table(columns=[*PLAN_COLUMNS, "__filename"])
+        except UNREADABLE as err:  # a damaged episodes file: name it, plan nothing
+            raise name_the_bad_file(
+                uris, fs, err, table="episodes", columns=PLAN_COLUMNS, consequence="no plan was made"
+            ) from err
         prefix = len(base) + 1
         files = pc.utf8_slice_codeunits(markers.column("__filename"), prefix)
         markers = markers.drop_columns(["__filename"]).append_column("file", files)

@@ -29,7 +29,7 @@ from collections.abc import Callable, Sequence
 import numpy as np
 import pyarrow as pa
 
-from pi_format.errors import LakeError
+from pi_format.lake._bad_file import UNREADABLE, name_the_bad_file
 from pi_format.lake._commit import commit_actions, file_sizes
 from pi_format.lake._files import WrittenFile, table_filesystem, write_file
 from pi_format.lake.file_groups import FileGroup
@@ -82,8 +82,10 @@ def merge_markers(
         paths = [f"{base}/{p}" for g in batch for p in g.episodes_files]
         try:
             read = pads.dataset(paths, format=checked, schema=schema, filesystem=fs).to_table()
-        except OSError as err:  # a page CRC mismatch or an undecodable page: name the file
-            raise _name_the_bad_file(paths, fs, err) from err
+        except UNREADABLE as err:  # a page CRC mismatch or an undecodable page: name the file
+            raise name_the_bad_file(
+                paths, fs, err, table="episodes", consequence="nothing was committed"
+            ) from err
         markers = _conform_markers(read)
         markers = markers.sort_by([("episode_id", "ascending"), ("attempt_id", "ascending")])
         # one marker per pair: a row read twice (a duplicated file) is kept once, as rewrite_groups does
@@ -119,19 +121,3 @@ def merge_markers(
     result.groups = len(groups)
     result.seconds = time.monotonic() - started
     return result
-
-
-def _name_the_bad_file(paths: list[str], fs: object, err: OSError) -> LakeError:
-    """The error naming which of `paths` does not read (every page's CRC checked), found by
-    reading them one at a time once the batch read failed."""
-    import pyarrow.parquet as pq
-
-    for path in paths:
-        try:
-            pq.ParquetFile(fs.open_input_file(path), page_checksum_verification=True).read()  # type: ignore[attr-defined]
-        except OSError as one:
-            return LakeError(
-                f"episodes file {path} does not read ({one}); nothing was committed. Run "
-                "`pilake verify` to see its damage and `pilake audit` for what names it"
-            )
-    return LakeError(f"reading the episodes files {paths[:3]}... failed ({err}); nothing was committed")
