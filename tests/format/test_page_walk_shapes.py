@@ -12,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
@@ -117,15 +118,19 @@ def test_chunks_listed_over_each_other_are_never_passed(
     metadata = _metadata(data)
     listed = page_walk.chunks(metadata, strict=False)
     assert listed and page_walk.walk(data, metadata, strict=False)
-    original = page_walk.chunks
+    original, original_table = page_walk.chunks, page_walk._span_table
     for damaged in (
         listed + listed[-1:],  # the last chunk twice: every page passes, counted twice
         [listed[1], listed[0], *listed[2:]],  # out of the file's order
         [(listed[0][0], listed[0][1] + 1, *listed[0][2:]), *listed[1:]],  # one byte into the next
     ):
         monkeypatch.setattr(page_walk, "chunks", lambda *_, d=damaged, **__: d)
+        # the non-strict walk reads the footer's (first byte, length) table directly
+        table = np.array([chunk[:2] for chunk in damaged], dtype=np.int64)
+        monkeypatch.setattr(page_walk, "_span_table", lambda *_, t=table: t)
         assert page_walk.walk(data, metadata, strict=False) is None, damaged[:3]
     monkeypatch.setattr(page_walk, "chunks", original)
+    monkeypatch.setattr(page_walk, "_span_table", original_table)
     assert page_walk.walk(data, metadata, strict=False)  # the file itself still passes
 
 
