@@ -117,7 +117,7 @@ def chunks(metadata: Any, *, strict: bool) -> list[Chunk] | None:
     Raises:
         ValueError: a column name that is not UTF-8.
     """
-    paths = [metadata.schema.column(c).path for c in range(metadata.num_columns)]
+    paths = _schema_paths(metadata)
     if not strict:
         return _spans(metadata, paths)
     out: list[Chunk] = []
@@ -140,6 +140,10 @@ def chunks(metadata: Any, *, strict: bool) -> list[Chunk] | None:
             plain = str(column.compression).upper() == "UNCOMPRESSED"
             out.append((int(start), int(column.total_compressed_size), plain, int(column.num_values), mask))
     return out
+
+
+def _schema_paths(metadata: Any) -> list[str]:
+    return [metadata.schema.column(c).path for c in range(metadata.num_columns)]
 
 
 def _spans(metadata: Any, paths: list[str]) -> list[Chunk] | None:
@@ -183,6 +187,26 @@ def _span_table(metadata: Any, paths: list[str]) -> np.ndarray | None:
                 )
             )
     return np.array(out, dtype=np.int64).reshape(-1, 2)
+
+
+def _to_walk(metadata: Any, *, strict: bool) -> tuple[list[Chunk], np.ndarray | None] | None:
+    """The chunks `walk` goes over: as tuples for a file of few chunks (table None), as an [n, 5]
+    table (`Chunk`'s fields) for a file of many, where the tuples are only built with `strict`
+    (the non-strict table comes straight from the footer). None as `chunks`."""
+    if strict:
+        listed = chunks(metadata, strict=True)
+        if listed is None or len(listed) < _VECTOR_CHUNKS:
+            return None if listed is None else (listed, None)
+        # one flat pass (np.array of 12,960 tuples: 5.5 ms, this: 2.8)
+        flat = np.fromiter(chain.from_iterable(listed), dtype=np.int64, count=5 * len(listed))
+        return listed, flat.reshape(-1, 5)
+    spans = _span_table(metadata, _schema_paths(metadata))
+    if spans is None:
+        return None
+    if len(spans) < _VECTOR_CHUNKS:
+        return [(start, length, False, -1, 0) for start, length in spans.tolist()], None
+    zeros = np.zeros(len(spans), dtype=np.int64)
+    return [], np.column_stack((spans, zeros, np.full(len(spans), -1, dtype=np.int64), zeros))
 
 
 _Page = tuple[int, int, int, int, int, tuple[bytes, ...], int]
@@ -278,28 +302,12 @@ def walk(data: bytes | memoryview, metadata: Any, *, strict: bool) -> int | None
     from pi_format.lake._page_scan import scan
 
     try:
-        if strict:
-            listed = chunks(metadata, strict=True)
-            table = None
-        else:  # the table straight from the footer: no tuples for a file of many chunks
-            paths = [metadata.schema.column(c).path for c in range(metadata.num_columns)]
-            spans = _span_table(metadata, paths)
-            listed = None if spans is None else []
-            if spans is not None and len(spans) < _VECTOR_CHUNKS:
-                listed = [(start, length, False, -1, 0) for start, length in spans.tolist()]
-            table = spans
+        found = _to_walk(metadata, strict=strict)
     except ValueError:  # a column name that is not UTF-8
         return None
-    if listed is None:
+    if found is None:
         return None
-    if strict and len(listed) >= _VECTOR_CHUNKS:
-        # one flat pass (np.array of 12,960 tuples: 5.5 ms, this: 2.8)
-        table = np.fromiter(chain.from_iterable(listed), dtype=np.int64, count=5 * len(listed)).reshape(-1, 5)
-    elif table is not None and len(table) >= _VECTOR_CHUNKS:
-        zeros = np.zeros(len(table), dtype=np.int64)
-        table = np.column_stack((table, zeros, np.full(len(table), -1, dtype=np.int64), zeros))
-    else:
-        table = None
+    listed, table = found
     if table is None and not listed:
         return 0
     view = memoryview(data)
