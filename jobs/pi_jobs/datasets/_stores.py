@@ -84,6 +84,18 @@ class LakeStore:
         info = self.fs.get_file_info(self.path(relative))
         return int(info.size) if info.type == pafs.FileType.File else None
 
+    def holds_nothing(self, *, but: str) -> bool:
+        """True when nothing is under the root but the entry `but` (one listing); False when
+        anything else is, or when the root cannot be listed (not a directory, a refusal)."""
+        import pyarrow.fs as pafs
+
+        selector = pafs.FileSelector(self.base, allow_not_found=True, recursive=False)
+        try:
+            entries = self.fs.get_file_info(selector)
+        except OSError:
+            return False
+        return all(entry.base_name == but for entry in entries)
+
     def listing(self, directories: list[str]) -> dict[str, int]:
         """Relative path -> size of every file directly in `directories` (relative to the root)."""
         import pyarrow.fs as pafs

@@ -24,13 +24,13 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import Future, ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
 from pi_format import LakeLayout
 
-from pi_jobs.datasets._manifest import CopyManifest, DoneFile
+from pi_jobs.datasets._manifest import MANIFEST_DIR, CopyManifest, DoneFile
 from pi_jobs.datasets._progress import Progress
 from pi_jobs.datasets._rows import commit_rows, extra_rows, missing_pairs, source_rows
 from pi_jobs.datasets._stores import LakeStore, contains
@@ -209,13 +209,29 @@ class CopyPlan:
     pin: Any
     rows: Any
     jobs: list[FileJob]
-    tables: dict[str, Any]
+    opening: Future[dict[str, Any]]  # the destination's tables, opened or being made
     to_send: list[FileJob]
+
+    def dest_tables(self) -> dict[str, Any]:
+        """The destination's tables (waited for: a fresh destination's are made while the files
+        go out).
+
+        Raises:
+            CopyError: the destination refuses writes (named).
+        """
+        return self.opening.result()
 
 
 def plan_copy(source_root: str, name: str, dest_root: str) -> CopyPlan:
     """Check the ends and the pin, open (or make) the destination's tables, and list the files to
-    send; a destination file of the same name and another size is a `CopyError`."""
+    send; a destination file of the same name and another size is a `CopyError`.
+
+    A destination that holds nothing yet (no table, no file: one listing) has no committed file
+    to compare with, so every file is to send and its tables are made in the background while
+    the files go out (~0.25 s of object-store round trips at the start of every copy to a new
+    lake); the commits wait for them (`CopyPlan.dest_tables`). A file name the plan sends is the
+    source's (a writer's unique part name), so a concurrent copy into the same new lake can only
+    write the same bytes under it."""
     from pi_format.errors import LakeError
     from pi_format.lake import PinStore
     from pi_format.lake._commit import file_sizes
@@ -231,17 +247,21 @@ def plan_copy(source_root: str, name: str, dest_root: str) -> CopyPlan:
         pin = PinStore(source).get(name)
     except LakeError as err:
         raise CopyError(str(err)) from err
+    fresh = dest_store.holds_nothing(but=MANIFEST_DIR)
     # the destination's tables are opened (or made: several object-store round trips) while the
-    # source's log and rows are read
-    with ThreadPoolExecutor(1, thread_name_prefix="copy-plan") as pool:
-        opening = pool.submit(_dest_tables, dest, dest_store)
-        try:
-            rows = source_rows(source, pin)
-            jobs = _plan(source, rows)
-        except BaseException:
-            opening.exception()  # waited for; the source's fault is the one reported
-            raise
-        tables = opening.result()
+    # source's log and rows are read, and for a fresh destination while the files go out
+    opener = ThreadPoolExecutor(1, thread_name_prefix="copy-plan")
+    opening = opener.submit(_dest_tables, dest, dest_store)
+    opener.shutdown(wait=False)
+    try:
+        rows = source_rows(source, pin)
+        jobs = _plan(source, rows)
+    except BaseException:
+        opening.exception()  # waited for; the source's fault is the one reported
+        raise
+    if fresh:
+        return CopyPlan(source, dest, source_store, dest_store, pin, rows, jobs, opening, list(jobs))
+    tables = opening.result()
     committed = {n: file_sizes(tables[n]) for n in _FILE_TABLES}
     to_send: list[FileJob] = []
     for job in jobs:
@@ -254,7 +274,7 @@ def plan_copy(source_root: str, name: str, dest_root: str) -> CopyPlan:
                 f"{dest.table(table)}/{path} is committed at the destination with {there} bytes, the "
                 f"source's has {job.size}: the destination holds another file of the same name"
             )
-    return CopyPlan(source, dest, source_store, dest_store, pin, rows, jobs, tables, to_send)
+    return CopyPlan(source, dest, source_store, dest_store, pin, rows, jobs, opening, to_send)
 
 
 def commit_copy(plan: CopyPlan, done: dict[str, DoneFile], dest_catalog: str | None) -> dict[str, int]:
@@ -265,7 +285,7 @@ def commit_copy(plan: CopyPlan, done: dict[str, DoneFile], dest_catalog: str | N
     from pi_format.errors import LakeError
     from pi_format.lake import PinStore, WrittenFile, commit_actions
 
-    source, dest, tables, pin = plan.source, plan.dest, plan.tables, plan.pin
+    source, dest, tables, pin = plan.source, plan.dest, plan.dest_tables(), plan.pin
     for table in _FILE_TABLES:
         adds = [
             WrittenFile(j.relative.split("/", 1)[1], f.size, f.num_rows, f.stats_json)
@@ -351,7 +371,11 @@ def copy_dataset(
         readback=options.readback,
         digest=options.digest,
     )
-    done = transfers.run(to_send)
+    try:
+        done = transfers.run(to_send)
+    except BaseException:
+        plan.dest_tables()  # a destination that refuses writes is the fault to report
+        raise
     if bar is not None:
         bar.close()
 
