@@ -8,7 +8,7 @@ shapes pyarrow writes for the lake's pages (a v1 data page without statistics, a
 both with a CRC), byte for byte what the regular expressions of `page_walk` match. A header of
 another shape (a data page with statistics) leaves its chunk to the caller's page-by-page walk
 from that page on, so the verdict is the per-page walk's in every case. The CRCs are then taken
-by zlib, one call a page.
+by zlib-ng (`pi_format.checksum`), one call a page.
 
 Example:
     >>> scan(data, starts, ends, plain, allowed)  # None: a chunk failed; else the pages walked
@@ -17,9 +17,9 @@ Example:
 
 from __future__ import annotations
 
-import zlib
-
 import numpy as np
+
+from pi_format.checksum import crc32
 
 _DATA, _DICTIONARY = 0, 2
 
@@ -149,7 +149,6 @@ def scan(
         pos[active] = stop
         active = active[stop < end]
     view = memoryview(data)
-    crc32 = zlib.crc32
     for body, stop, crc in spans:
         for first, last, want in zip(body.tolist(), stop.tolist(), crc.tolist(), strict=True):
             if crc32(view[first:last]) != want:

@@ -7,10 +7,10 @@ reader of raw bytes shares (pi_loader, `pilake verify`, rewrites, repair).
   walks a file's pages itself (the footer's column chunk offsets, then each page header) and
   compares, page by page, so a mismatch names its row group, column and page; a page without a
   CRC (files written before 2026-11-26) is *unverifiable*, not ok.
-* Video chunks: `chunk_crc32` is the CRC-32 (zlib) of the row's `data`, computed where the chunk
-  is encoded and checked before it is decoded; null in rows written before it existed
-  (unverifiable). CRC-32 because zlib's runs at ~1-2 GB/s in the standard library and is the
-  checksum Parquet pages and the wire protocol already use.
+* Video chunks: `chunk_crc32` is the CRC-32 (zlib's polynomial) of the row's `data`, computed
+  where the chunk is encoded and checked before it is decoded; null in rows written before it
+  existed (unverifiable). CRC-32 because it is the checksum Parquet pages and the wire protocol
+  already use, and zlib-ng computes it at ~30 GB/s (`pi_format.checksum`).
 * Which files must carry page CRCs is recorded where a flipped data byte cannot erase it: the
   token `pilake.pageChecksums=crc32` (`PAGE_CHECKSUMS_PROPERTY`) in the table's description, in
   the Delta log's metadata action, written when the lake creates the table
@@ -34,7 +34,6 @@ reader of raw bytes shares (pi_loader, `pilake verify`, rewrites, repair).
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -42,6 +41,7 @@ from typing import Any
 import numpy as np
 import pyarrow as pa
 
+from pi_format.checksum import crc32
 from pi_format.errors import ChecksumError
 from pi_format.lake._page_header import PageError, page_header
 
@@ -59,13 +59,13 @@ STATUS_UNVERIFIABLE = "unverifiable"
 
 
 def chunk_crc32(data: bytes | memoryview) -> int:
-    """The checksum `chunk_crc32` holds for a video chunk's bytes (zlib CRC-32, unsigned).
+    """The checksum `chunk_crc32` holds for a video chunk's bytes (CRC-32 as zlib's, unsigned).
 
     Example:
         >>> chunk_crc32(b"abc")
         891568578
     """
-    return zlib.crc32(data) & 0xFFFFFFFF
+    return crc32(data) & 0xFFFFFFFF
 
 
 def with_chunk_crcs(video: pa.Table) -> pa.Table:
@@ -247,7 +247,7 @@ def check_page_crcs(
                 )
                 faults.append((pages, start_offset + pos, detail))
         else:
-            actual = zlib.crc32(view[body_start:body_end]) & 0xFFFFFFFF
+            actual = crc32(view[body_start:body_end]) & 0xFFFFFFFF
             if actual != header.crc & 0xFFFFFFFF:
                 faults.append(
                     (

@@ -6,10 +6,10 @@ groups (12,960 pages), holding the GIL. Here (`walk`) every column chunk the foo
 walked at once: the header shapes pyarrow writes for the lake's pages (a v1 data page without
 statistics, a dictionary page, with their CRCs) parsed by numpy for all chunks together
 (`_page_scan`; a file of under 1,024 chunks page by page by regular expressions), any other
-header alone by the Thrift reader, and each page's CRC taken by zlib: a 17 MB video file in
-~33 ms (was ~42), half of it reading the footer's chunk list. One walk serves `pilake dataset
-copy` (every copied file), pi_loader (the episodes files an open reads) and, with `strict`,
-`pilake verify`'s fast path (`pi_jobs.integrity._fastscan`).
+header alone by the Thrift reader, and each page's CRC taken by zlib-ng (`pi_format.checksum`):
+a 17 MB video file in ~25 ms (was ~42), half of it reading the footer and its chunk list.
+One walk serves `pilake dataset copy` (every copied file), pi_loader (the episodes files an open
+reads) and, with `strict`, `pilake verify`'s fast path (`pi_jobs.integrity._fastscan`).
 
 Anything else (another header shape, a page that runs past its column chunk, a CRC mismatch,
 a page without a CRC) is handed to `check_parquet_file`, which is
@@ -24,12 +24,13 @@ Example:
 from __future__ import annotations
 
 import re
-import zlib
 from itertools import chain
 from typing import Any
 
 import numpy as np
 import pyarrow as pa
+
+from pi_format.checksum import crc32
 
 _V = rb"([\x80-\xff]{0,4}[\x00-\x7f])"  # one zigzag varint (an i32), captured
 
@@ -277,7 +278,7 @@ def _walk_from(data: bytes | memoryview, view: memoryview, pos: int, chunk: Chun
         if unpacked < 0 or stored < 0 or (plain and stored != unpacked):
             return None
         stop = body + stored
-        if stop > end or zlib.crc32(view[body:stop]) != crc & 0xFFFFFFFF:
+        if stop > end or crc32(view[body:stop]) != crc & 0xFFFFFFFF:
             return None
         pages += 1
         pos = stop

@@ -11,11 +11,11 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import zlib
 from typing import Any
 
 import numpy as np
 
+from pi_format.checksum import crc32
 from pi_format.episode import CameraSpec, CameraVideo, Episode, EpisodeMeta
 from pi_format.errors import ProtocolError
 from pi_format.errors import QuarantineReason as R
@@ -108,10 +108,10 @@ def decode_chunk(value: bytes) -> Chunk:
             "stream",
         )
     payload = value[body_start:]
-    if zlib.crc32(payload) != crc:
+    if crc32(payload) != crc:
         raise ProtocolError(
             R.CHUNK_CHECKSUM,
-            f"chunk {index} of {eid}: payload CRC32 {zlib.crc32(payload):08x} != header {crc:08x}"
+            f"chunk {index} of {eid}: payload CRC32 {crc32(payload):08x} != header {crc:08x}"
             " (corrupted or truncated in transit)",
         )
     return Chunk(eid, kind_enum, index, count, stream, payload, version)

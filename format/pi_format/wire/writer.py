@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import hashlib
 import json
-import zlib
 from collections.abc import Iterator
 from typing import Any
 
 import numpy as np
 
+from pi_format.checksum import crc32
 from pi_format.episode import Episode
 from pi_format.wire._header import (
     DEFAULT_PAYLOAD_BYTES,
@@ -97,7 +97,7 @@ def encode_chunk(chunk: Chunk) -> bytes:
         0,
         chunk.chunk_index,
         chunk.chunk_count,
-        zlib.crc32(chunk.payload),
+        crc32(chunk.payload),
         len(eid),
         len(stream),
     )
