@@ -85,13 +85,18 @@ def test_a_sink_opened_with_the_store_down_serves_its_lake_open_retries(
     opening.start()
     served: list[float] = []
     deadline = time.monotonic() + 120  # a bound on the loop, not a timed assertion
-    while opening.is_alive() and time.monotonic() < deadline:
-        # this process's worker endpoint (one per process: an earlier test may have started it)
-        retries = _lake_open_retries(_metrics._state.get("port") or port)
-        if retries is not None and opening.is_alive():
-            served.append(retries)
-        time.sleep(0.2)
-    opening.join(timeout=120)
+    try:
+        while opening.is_alive() and time.monotonic() < deadline:
+            # this process's worker endpoint (one per process: an earlier test may have started it)
+            retries = _lake_open_retries(_metrics._state.get("port") or port)
+            if retries is not None and opening.is_alive():
+                served.append(retries)
+            time.sleep(0.2)
+        opening.join(timeout=120)
+    finally:
+        # as Flink does after a failed open: the scrapes' lag consumer would otherwise reconnect
+        # to the never-started broker until the process exits (tests/jobs/test_stream_lag_close)
+        sink.close()
     assert not opening.is_alive(), "the sink's open did not give up on the store"
     assert served and max(served) >= 1, f"no metrics served while the lake open retried: {served} {failed}"
     # the store never came back: the open failed for good, with the store's error

@@ -38,6 +38,7 @@ __all__ = [
     "record_dependency",
     "serve_first_free",
     "start_worker_metrics",
+    "stop_worker_metrics",
 ]
 
 REGISTRY = CollectorRegistry()
@@ -236,6 +237,7 @@ class LagCollector(Collector):
         self._topic = topic
         self._offsets = offsets
         self._consumer: Any = None
+        self._closed = False
         self._lock = threading.Lock()
 
     def describe(self) -> Iterator[GaugeMetricFamily]:
@@ -270,6 +272,8 @@ class LagCollector(Collector):
         from confluent_kafka import Consumer, TopicPartition
 
         with self._lock:  # scrapes can overlap; the consumer is not thread-safe
+            if self._closed:  # a scrape that raced close(): no new consumer nobody would close
+                return {}
             if self._consumer is None:
                 self._consumer = Consumer(self._conf)
             meta = self._consumer.list_topics(self._topic, timeout=2.0)
@@ -280,6 +284,24 @@ class LagCollector(Collector):
                 p: int(self._consumer.get_watermark_offsets(TopicPartition(self._topic, p), timeout=2.0)[1])
                 for p in sorted(topic.partitions)
             }
+
+    def close(self) -> None:
+        """Close the lag consumer (if a scrape made one); later scrapes report no lag.
+
+        Without it the consumer lives as long as the process and librdkafka reconnects to a
+        stopped broker until exit (a test suite's log ended in hundreds of `Connection refused`
+        lines from the one a sink's metrics made). The consumer never joins its group (watermarks
+        only), so close() sends no LeaveGroup and commits nothing: it does not wait on the broker
+        (about 1 ms with the broker gone).
+
+        Example:
+            >>> lag.close()
+        """
+        with self._lock:
+            self._closed = True
+            consumer, self._consumer = self._consumer, None
+            if consumer is not None:
+                consumer.close()
 
 
 def serve_first_free(first: int, last: int, registry: CollectorRegistry) -> int | None:
@@ -319,6 +341,7 @@ def start_worker_metrics(
         old = _state.get("lag")
         if old is not None:
             REGISTRY.unregister(old)
+            old.close()
         lag = LagCollector(
             bootstrap_servers=bootstrap_servers, topic=topic, client_options=client_options, offsets=offsets
         )
@@ -337,3 +360,18 @@ def start_worker_metrics(
                 log.info("stream metrics of subtask %d on port %d", subtask, _state["port"])
         port: int | None = _state["port"]
         return port
+
+
+def stop_worker_metrics() -> None:
+    """Stop reading the consumer lag for the sink that is closing: its collector is unregistered
+    and its consumer closed. The endpoint stays up with the process (a reopened sink keeps the
+    port); its other series stay, and the next `start_worker_metrics` adds the lag again.
+
+    Example:
+        >>> stop_worker_metrics()
+    """
+    with _state_lock:
+        lag = _state.pop("lag", None)
+        if lag is not None:
+            REGISTRY.unregister(lag)
+            lag.close()

@@ -179,9 +179,13 @@ class EpisodeSinkFunction(GroupCommits, HeldLimits, KeyedProcessFunction):
         )
 
     def close(self) -> None:
-        acks = getattr(self, "acks", None)
-        if acks is not None:
-            acks.flush(10)
+        try:
+            acks = getattr(self, "acks", None)
+            if acks is not None:
+                acks.flush(10)
+        finally:
+            if self.settings.metrics_ports is not None:  # its lag consumer would outlive the sink
+                metrics.stop_worker_metrics()
 
     def _fault_injection(self, stage: str) -> None:
         wanted = os.environ.get(CRASH_AT_ENV)
