@@ -306,7 +306,7 @@ def commit_copy(plan: CopyPlan, done: dict[str, DoneFile], dest_catalog: str | N
     if new.num_rows:
         commit_rows(dest, tables, "episodes", new, writer_id=writer_id)
     rows_committed["episodes"] = new.num_rows
-    source_rows(dest, pin)  # read back at the destination: every pair, the pin's content hash
+    source_rows(dest, pin, hash_only=True)  # read back at the destination: every pair, the content hash
     if dest_catalog:
         _record_catalog(dest, dest_catalog, pin.episode_ids)
     try:
