@@ -11,6 +11,9 @@ import pytest
 
 os.environ.setdefault("OPENBLAS_NUM_THREADS", "1")
 
+# names the tests after which confluent-kafka clients were left running (a report, fails nothing)
+pytest_plugins = ["tests.fixtures.kafka_leaks"]
+
 
 def _free_port() -> int:
     with socket.socket() as s:

@@ -21,19 +21,14 @@ import urllib.request
 from pathlib import Path
 
 from tests.conftest import _free_port
+from tests.fixtures.kafka_leaks import kafka_threads
 from tests.jobs.test_stream_resend import FlinkRuntimeStandIn
 
 
 def _kafka_threads() -> int:
     """librdkafka threads alive in this process (each client has `rdk:main` and its brokers')."""
-    count = 0
-    for tid in os.listdir("/proc/self/task"):
-        try:
-            with open(f"/proc/self/task/{tid}/comm") as f:
-                count += f.read().startswith("rdk:")
-        except OSError:  # the thread ended meanwhile
-            continue
-    return count
+    assert os.path.isdir("/proc/self/task"), "these tests count threads in /proc (Linux)"
+    return kafka_threads()
 
 
 def _scrape(port: int) -> str:
@@ -95,3 +90,14 @@ def test_a_reopened_sinks_metrics_close_the_old_lag_consumer() -> None:
     assert lag_threads[0] > 0
     assert lag_threads == [lag_threads[0]] * 3, f"old lag consumers left running: {lag_threads}"
     assert _kafka_threads() <= before
+
+
+def test_the_session_report_names_the_test_after_which_clients_stayed() -> None:
+    from tests.fixtures.kafka_leaks import KafkaThreadWatch
+
+    watch = KafkaThreadWatch(baseline=0)
+    for test, count in [("a", 4), ("b", 0), ("c", 4), ("d", 8), ("e", 12), ("f", 4), ("g", 4)]:
+        watch.after(test, count)  # a: closed by b; d and e: closed (or collected) by f
+    assert watch.left(4) == [("c", 4)]
+    assert watch.left(0) == []
+    assert KafkaThreadWatch(baseline=4).left(4) == []  # threads from before the first test
