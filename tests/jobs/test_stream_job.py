@@ -64,10 +64,10 @@ def _read_acks(broker: str, topic: str, expected: int, timeout_s: float = 30.0) 
     consumer = Consumer(
         {"bootstrap.servers": broker, "group.id": f"acks-{uuid.uuid4()}", "fetch.wait.max.ms": 100}
     )
-    consumer.assign([TopicPartition(topic, 0, 0)])
     acks: list[Ack] = []
     deadline = time.monotonic() + timeout_s
     try:
+        consumer.assign([TopicPartition(topic, 0, 0)])
         while len(acks) < expected and time.monotonic() < deadline:
             msg = consumer.poll(0.2)
             value = msg.value() if msg is not None and msg.error() is None else None
