@@ -75,6 +75,45 @@ def _cpu() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
+def _store_pids(marker: str) -> list[int]:
+    """The pids of the processes whose command line holds `marker` (the store's data directory)."""
+    pids = []
+    for entry in os.listdir("/proc"):
+        if entry.isdigit():
+            try:
+                with open(f"/proc/{entry}/cmdline", "rb") as handle:
+                    if marker.encode() in handle.read():
+                        pids.append(int(entry))
+            except OSError:
+                continue
+    return pids
+
+
+def _pids_cpu(pids: list[int]) -> float:
+    """CPU seconds (user and system) the processes `pids` used so far; 0 for one that is gone."""
+    total = 0
+    for pid in pids:
+        try:
+            with open(f"/proc/{pid}/stat") as handle:
+                fields = handle.read().rsplit(")", 1)[1].split()
+            total += int(fields[11]) + int(fields[12])
+        except (OSError, IndexError, ValueError):
+            continue
+    return total / os.sysconf("SC_CLK_TCK")
+
+
+def _code() -> str:
+    """The commit the benchmark ran (with '+changes' when the tree differs from it)."""
+    import subprocess
+
+    def git(*args: str) -> str:
+        done = subprocess.run(["git", *args], capture_output=True, text=True, check=False)
+        return done.stdout.strip()
+
+    changed = git("status", "--porcelain", "--untracked-files=no")
+    return git("rev-parse", "--short", "HEAD") + ("+changes" if changed else "")
+
+
 def _spread(values: list[float]) -> dict[str, float]:
     return {"median": round(statistics.median(values), 3), "min": min(values), "max": max(values)}
 
@@ -136,14 +175,16 @@ def main() -> None:
         try:
             s3_fs = S3Options.from_storage_options(options).filesystem()
 
-            def leg(end: str, kind: str, tag: str) -> tuple[float, float]:
-                """(seconds, CPU seconds of this process) of one leg into a fresh prefix."""
+            store_pids = _store_pids(f"-dir={root / 's3'}")
+
+            def leg(end: str, kind: str, tag: str) -> tuple[float, float, float]:
+                """(seconds, CPU seconds of this process, of the store's) of one leg into a fresh prefix."""
                 # every leg starts from the same state: the dirty pages of the legs before
                 # (SeaweedFS's volume files, the local copies) written back untimed, so a leg
                 # does not pay for its predecessor's writeback
                 os.sync()
                 time.sleep(1.0)
-                cpu = _cpu()
+                cpu, store_cpu = _cpu(), _pids_cpu(store_pids)
                 if kind.startswith("plain"):
                     fs, prefix = (s3_fs, f"bench/{kind}-{tag}")
                     if end == "local":
@@ -155,7 +196,7 @@ def main() -> None:
                     report = copy_dataset(str(lake), "bench", dest, options=copy_options, show_progress=False)
                     sent, seconds = report.bytes_sent, report.seconds
                 assert sent == total, (kind, end, sent, total)
-                return seconds, _cpu() - cpu
+                return seconds, _cpu() - cpu, _pids_cpu(store_pids) - store_cpu
 
             # untimed: SeaweedFS allocates its volumes on the first writes, the first copy imports
             # deltalake and opens its connections; neither leg of repeat 0 pays for that
@@ -171,20 +212,22 @@ def main() -> None:
                 order = ["plain", "copy", "copy", "plain"]
                 if r % 2:
                     order.reverse()
-                legs: dict[str, list[tuple[float, float]]] = {"plain": [], "copy": []}
+                legs: dict[str, list[tuple[float, float, float]]] = {"plain": [], "copy": []}
                 for i, kind in enumerate(order):
                     legs[kind].append(leg("s3", kind, f"{r}-{i}"))
                 for kind, timed in legs.items():
-                    seconds = statistics.mean(t for t, _ in timed)
-                    row[f"s3_{kind}_legs_s"] = [round(t, 3) for t, _ in timed]
+                    seconds = statistics.mean(t for t, _, _ in timed)
+                    row[f"s3_{kind}_legs_s"] = [round(t, 3) for t, _, _ in timed]
                     row[f"s3_{kind}_s"] = round(seconds, 3)
                     row[f"s3_{kind}_mib_s"] = round(total / seconds / 2**20, 1)
-                    cpu_s = statistics.mean(c for _, c in timed)
+                    cpu_s = statistics.mean(c for _, c, _ in timed)
                     row[f"s3_{kind}_cpu_s_per_gib"] = round(cpu_s / total * 2**30, 2)
+                    store_s = statistics.mean(c for _, _, c in timed)
+                    row[f"s3_{kind}_store_cpu_s_per_gib"] = round(store_s / total * 2**30, 2)
                 row["s3_ratio"] = round(row["s3_plain_s"] / row["s3_copy_s"], 3)
                 local = ["plain", "plain_fsync", "copy"] if r % 2 == 0 else ["copy", "plain_fsync", "plain"]
                 for kind in local:
-                    seconds, cpu = leg("local", kind, str(r))
+                    seconds, cpu, _ = leg("local", kind, str(r))
                     row[f"local_{kind}_s"] = round(seconds, 3)
                     row[f"local_{kind}_mib_s"] = round(total / seconds / 2**20, 1)
                     row[f"local_{kind}_cpu_s_per_gib"] = round(cpu / total * 2**30, 2)
@@ -242,11 +285,13 @@ def main() -> None:
             ),
             "copy_extra_work": (
                 "the copy checks every page CRC (page_walk: the footer's chunk table, numpy over every "
-                "chunk, zlib per page; ~1.65 s of CPU per GiB of the lake's files measured alone, was "
-                "~2.1), reads the Delta logs and pin, and commits files, rows, the catalog and the pin; a "
-                "sha256 of every file (~0.75 s/GiB) only with --digest/--readback (off here); the checks "
+                "chunk, zlib-ng per page; ~1.45 s of CPU per GiB of the lake's files measured alone, was "
+                "~1.65 with zlib's CRC and ~2.1 before that), reads the Delta logs and pin, makes a fresh "
+                "destination's tables while the files go out, and commits files, rows, the catalog and "
+                "the pin; a sha256 of every file (~0.75 s/GiB) only with --digest/--readback (off here); "
+                "the checks "
                 "run beside the upload of the same file. *_cpu_s_per_gib: this process's CPU per GiB "
-                "copied in each leg (SeaweedFS's own is not in it)"
+                "copied in each leg (SeaweedFS's own is not in it: *_store_cpu_s_per_gib, read from /proc)"
             ),
             "local_fsync": (
                 "the copy fsyncs each local file before it is renamed into place and committed (a "
@@ -256,6 +301,13 @@ def main() -> None:
         },
         "fixed": fixed,
         "repeats": rows,
+        "code": _code(),
+        "s3_cpu_s_per_gib": {
+            kind: _spread([r[f"s3_{kind}_cpu_s_per_gib"] for r in rows]) for kind in ("copy", "plain")
+        },
+        "s3_store_cpu_s_per_gib": {
+            kind: _spread([r[f"s3_{kind}_store_cpu_s_per_gib"] for r in rows]) for kind in ("copy", "plain")
+        },
         "ratio": ratios,
         "target": TARGET,
         "met": {end: ratios[end]["min"] >= TARGET for end in ratios},
