@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 
 from pi_loader._errors import PiLoaderError
+from pi_loader.delivery._rows_layout import RowsPlan
 from pi_loader.reading._packed import PackedStrings
 
 # The file URIs of `EpisodeLocators` (one per distinct file: ~1.6 MB of Python strings in every
@@ -182,6 +183,9 @@ class BatchEpisodes:
         self.files: dict[str, np.ndarray] = {}
         self._position: dict[int, int] = {}
         self._file_position: dict[str, dict[int, int]] = {}
+        self._uris: dict[tuple[str, Any], str] = {}  # URIs decoded for the installed batch
+        # the last layout's parse (every task of a loader carries the same layout)
+        self._plan: tuple[Any, RowsPlan] | None = None
 
     def install(self, rows: EpisodeRows) -> None:
         """Serve `rows` from now on (the episodes of the next batch): views of its buffer.
@@ -199,31 +203,35 @@ class BatchEpisodes:
 
     def _install(self, rows: EpisodeRows) -> None:
         count, data, at = rows.count, rows.data, 0
-        parts: dict[str, np.ndarray] = {}
-        for name, dtype, shape in rows.layout:
-            items = count * int(np.prod(shape, dtype=np.int64)) + (1 if name.startswith("packed:") else 0)
-            part = np.frombuffer(data, dtype, items, at)
-            parts[name] = part.reshape(count, *shape) if shape else part
+        cached = self._plan
+        if cached is not None and cached[0] == rows.layout:
+            plan = cached[1]
+        else:
+            plan = RowsPlan.of(rows.layout)
+            self._plan = (rows.layout, plan)
+        parts: list[np.ndarray] = []
+        for dtype, per_row, extra, shape in plan.parts:
+            part = np.frombuffer(data, dtype, count * per_row + extra, at)
+            parts.append(part.reshape(count, *shape) if shape else part)
             at += part.nbytes
         packed: dict[str, PackedStrings] = {}
-        texts = iter(rows.text_bytes)
-        for name in [n for n, _, _ in rows.layout if n.startswith("packed:")]:
-            size = next(texts)
-            strings = np.frombuffer(data, np.uint8, size, at)
-            packed[name] = PackedStrings(parts[name], strings)
+        for (name, i), size in zip(plan.packed, rows.text_bytes, strict=True):
+            packed[name] = PackedStrings(parts[i], np.frombuffer(data, np.uint8, size, at))
             at += size
         if at != len(data):
             raise ValueError(f"{len(data)} bytes, {at} expected")
-        ends = parts["offsets"] + parts.get("column:lengths", 0)
-        if (np.diff(parts["keys"]) <= 0).any() or (ends < parts["offsets"]).any():
+        keys, offsets = parts[plan.keys], parts[plan.offsets]
+        ends = offsets + parts[plan.lengths] if plan.lengths >= 0 else offsets
+        if (np.diff(keys) <= 0).any() or (ends < offsets).any():
             raise ValueError("episodes not sorted and distinct, or negative lengths")
-        self.keys, self.offsets = parts["keys"], parts["offsets"]
-        self.columns = {name[len("column:") :]: a for name, a in parts.items() if name.startswith("column:")}
-        self.packed = {name.split(":", 1)[1]: p for name, p in packed.items()}
-        self.files = {name.split(":", 1)[1]: a for name, a in parts.items() if name.startswith("files:")}
+        self.keys, self.offsets = keys, offsets
+        self.columns = {name: parts[i] for name, i in plan.columns}
+        self.packed = packed
+        self.files = {name: parts[i] for name, i in plan.files}
         self._file_position = {}
+        self._uris = {}
         self.ends = ends
-        self._position = {e: i for i, e in enumerate(self.keys.tolist())}
+        self._position = dict(zip(keys.tolist(), range(count), strict=True))
 
     def where(self, key: Any) -> Any:
         """Row(s) of the installed arrays holding global episode number(s) `key`."""
@@ -241,12 +249,17 @@ class BatchEpisodes:
 
     def file(self, name: str, column: str, number: Any) -> str:
         """The URI of file `number` of the tuple `name` (numbered per episode by `column`)."""
+        try:
+            return self._uris[name, number]  # decoded by an earlier call for this batch
+        except (KeyError, TypeError):
+            pass
         where = self._file_position.get(name)
         if where is None:
             numbers = self.columns[column].tolist()
             where = self._file_position[name] = {n: i for i, n in reversed(list(enumerate(numbers)))}
         try:
-            return str(self.files[name][where[number]].decode())
+            uri = self._uris[name, number] = str(self.files[name][where[number]].decode())
+            return uri
         except (KeyError, TypeError, UnicodeDecodeError):
             raise PiLoaderError(
                 f"file {number!r} of {name} is not one of the files of the batch this loader worker is "
@@ -295,6 +308,13 @@ class _Column(_Absent):
 
     def __getitem__(self, key: Any) -> Any:
         episodes = self._episodes
+        # the per-frame path: one episode (and a camera), a dict lookup (no call of `where`)
+        try:
+            if type(key) is tuple:
+                return episodes.columns[self._name][(episodes._position[key[0]], *key[1:])]
+            return episodes.columns[self._name][episodes._position[key]]
+        except (KeyError, TypeError, IndexError):
+            pass  # arrays, lists, an episode outside the batch: worded below
         if isinstance(key, tuple):
             at = episodes.where(key[0])
             return episodes.columns[self._name][(at, *key[1:])]
@@ -313,7 +333,9 @@ class _Packed(_Absent):
 
     def __getitem__(self, key: Any) -> str:
         episodes = self._episodes
-        at = episodes.where(key)
+        at = episodes._position.get(key) if type(key) is int else None
+        if at is None:
+            at = episodes.where(key)
         return episodes.packed[self._name][at]
 
 

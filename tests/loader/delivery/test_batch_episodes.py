@@ -146,6 +146,23 @@ def test_an_episode_outside_the_batch_is_refused(loader_lake: FakeLake) -> None:
             ids[bad]
     with pytest.raises(PiLoaderError, match="not among the 1 episodes"):
         lengths[np.array([0, 2])]
+    # (episode, camera) keys and file numbers, through the per-frame lookups
+    locators = ds._gather._locators
+    groups = episodes.proxy(table.persistent_id(locators.video_row_group))
+    files = episodes.proxy(table.persistent_id(locators.video_files))
+    assert groups[0, 0] == locators.video_row_group[0, 0]
+    assert groups[np.int64(0), 0] == locators.video_row_group[0, 0]
+    for key in ((1, 0), (-1, 0), (10**9, 0), ("0", 0), (None, 0), ([0, 1], 0)):
+        with pytest.raises(PiLoaderError, match="not among the 1 episodes"):
+            groups[key]
+    number = int(locators.video_file[0])
+    assert files[number] == files[number] == locators.video_files[number]  # decoded, then memoised
+    for file in (number + 1, -1, "0", None, [number]):
+        with pytest.raises(PiLoaderError, match="not one of the files of the batch"):
+            files[file]
+    episodes.install(table.rows(np.array([len(ds) - 1])))  # another batch: nothing of the last served
+    with pytest.raises(PiLoaderError, match="not among the 1 episodes"):
+        groups[0, 0]
     with pytest.raises(PiLoaderError, match="not all of the episodes"):
         index.locate_many(np.array([0, len(ds) - 1]))
     with pytest.raises(PiLoaderError, match="offsets: a loader worker holds"):
