@@ -35,11 +35,11 @@ Files the writer did not lay out this way (compressed or dictionary-encoded `dat
 
 from __future__ import annotations
 
-import zlib
 from typing import ClassVar
 
 import numpy as np
 import pyarrow.parquet as pq
+from pi_format.checksum import crc32
 
 from pi_loader._errors import CorruptDataError
 from pi_loader.reading._host_index import HostIndex, file_key, index_directory
@@ -194,7 +194,7 @@ def page_value(raw: bytes, uri: str, group: int) -> bytes:
     # The CRC read with the sizes (one header parse on the per-sample path); pages written
     # before page CRCs have none and are unverifiable, as pi_format.lake.integrity counts them.
     if crc is not None:
-        actual = zlib.crc32(memoryview(raw)[header_bytes:]) & 0xFFFFFFFF
+        actual = crc32(memoryview(raw)[header_bytes:]) & 0xFFFFFFFF
         if actual != crc & 0xFFFFFFFF:
             where: dict[str, object] = {"table": "video", "file": uri, "row_group": group, "column": _DATA}
             detail = f"page CRC {crc & 0xFFFFFFFF:08x} != {actual:08x} of its {compressed} stored bytes"

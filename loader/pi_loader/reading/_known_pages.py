@@ -15,8 +15,9 @@ CRC) goes through `page_value` again, which raises the same `CorruptDataError` i
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Hashable
+
+from pi_format.checksum import crc32
 
 from pi_loader.reading._chunk_index import _page_header_fields, page_value
 
@@ -62,7 +63,7 @@ class KnownPages:
         known = self._known.get(key)
         if known is not None and known[0] == len(raw) and raw.startswith(known[1]):
             prefix, crc = len(known[1]), known[2]
-            if crc is None or zlib.crc32(memoryview(raw)[prefix - 4 :]) & 0xFFFFFFFF == crc:
+            if crc is None or crc32(memoryview(raw)[prefix - 4 :]) & 0xFFFFFFFF == crc:
                 return raw[prefix:]
             # damaged since: page_value words the refusal as on a first read
         value = page_value(raw, uri, group)

@@ -256,7 +256,7 @@ def _read(
     wanted = [*columns, "__filename"] if tag_files else columns
     # pyarrow reads a page without a CRC unverified: where every file has them, walk the page
     # headers (a damaged CRC field marker is damage, not "no CRC"), in a thread beside the read
-    # (pyarrow decodes without the GIL; the walk's CRCs are zlib's)
+    # (pyarrow decodes without the GIL; the walk's CRCs are zlib-ng's)
     # (a pool per call, not per module: a forked process must not inherit a dead worker thread)
     pool = ThreadPoolExecutor(max_workers=1, thread_name_prefix="pi-loader-page-walk")
     walk = pool.submit(pages_damaged, files.name, paths) if files.checksummed else None

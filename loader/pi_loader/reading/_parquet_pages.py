@@ -24,13 +24,13 @@ Reference: parquet-format `Encodings.md` (RLE/bit-packed hybrid).
 from __future__ import annotations
 
 import threading
-import zlib
 from collections import OrderedDict
 from collections.abc import Callable
 
 import numpy as np
 import pyarrow as pa
 import zstandard
+from pi_format.checksum import crc32
 
 from pi_loader.reading._page_header import DATA_PAGE, PLAIN, RLE, PageError, PageHeader, page_header
 
@@ -218,7 +218,7 @@ def _page(
             pos,
         )
     if header.crc is not None:
-        actual = zlib.crc32(raw[start:end]) & 0xFFFFFFFF
+        actual = crc32(raw[start:end]) & 0xFFFFFFFF
         if actual != header.crc & 0xFFFFFFFF:
             raise PageChecksumError(
                 f"the page at byte {pos} of the column chunk has CRC {actual:08x}, its header says "
