@@ -77,18 +77,23 @@ def test_a_reopened_sinks_metrics_close_the_old_lag_consumer() -> None:
     before = _kafka_threads()
     bootstrap = f"127.0.0.1:{_free_port()}"  # nothing listens
     ports = (_free_port(),) * 2
-    lag_threads = []
+    lag_threads, collectors = [], []
     try:
         for _ in range(3):  # a sink reopened twice in one worker (Flink restarts the task)
             _metrics.start_worker_metrics(
                 ports, subtask=0, bootstrap_servers=bootstrap, topic="t", client_options={}, offsets=dict
             )
+            collectors.append(_metrics._state["lag"])
             list(_metrics.REGISTRY.collect())  # a scrape: the current collector makes its consumer
             lag_threads.append(_kafka_threads() - before)
     finally:
         _metrics.stop_worker_metrics()
     assert lag_threads[0] > 0
-    assert lag_threads == [lag_threads[0]] * 3, f"old lag consumers left running: {lag_threads}"
+    # each replaced collector closed its consumer (the state, exactly); and the threads show one
+    # live consumer at a time: librdkafka starts a consumer's threads (rdk:main, its internal and
+    # bootstrap brokers: 3-4 here, one not always up when counted) so two live ones show >= 6
+    assert all(c._closed and c._consumer is None for c in collectors), "a lag consumer left open"
+    assert max(lag_threads) < 6, f"old lag consumers left running: {lag_threads}"
     assert _kafka_threads() <= before
 
 
