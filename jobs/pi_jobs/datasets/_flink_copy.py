@@ -151,11 +151,8 @@ def copy_dataset_flink(
         if show_progress:
             bar = Progress(f"copy {name} (flink)", total=sum(j.size for j in to_send), out=progress_out)
         items = [share_item(i, share) for i, share in enumerate(shares)]
-        try:
+        with plan.tables_refusal_first():
             job_id, reports = _run(settings, items, shares, flink, dest_store, bar)
-        except BaseException:
-            plan.dest_tables()  # a destination that refuses writes is the fault to report
-            raise
         if bar is not None:
             bar.close()
 

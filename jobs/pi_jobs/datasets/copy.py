@@ -23,8 +23,9 @@ One process moves the files with many transfers in flight; `copy_dataset_flink`
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from typing import Any, TextIO
 
@@ -221,6 +222,16 @@ class CopyPlan:
         """
         return self.opening.result()
 
+    @contextmanager
+    def tables_refusal_first(self) -> Iterator[None]:
+        """Around the transfers: when they fail, a destination that refused to make its tables
+        (in the background, for a fresh destination) is the fault reported."""
+        try:
+            yield
+        except BaseException:
+            self.dest_tables()
+            raise
+
 
 def plan_copy(source_root: str, name: str, dest_root: str) -> CopyPlan:
     """Check the ends and the pin, open (or make) the destination's tables, and list the files to
@@ -371,11 +382,8 @@ def copy_dataset(
         readback=options.readback,
         digest=options.digest,
     )
-    try:
+    with plan.tables_refusal_first():
         done = transfers.run(to_send)
-    except BaseException:
-        plan.dest_tables()  # a destination that refuses writes is the fault to report
-        raise
     if bar is not None:
         bar.close()
 
